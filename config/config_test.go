@@ -1,0 +1,173 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const minimal = `
+pools:
+  - name: qwen3
+    models: ["Qwen/Qwen3-8B"]
+    replicas:
+      - {name: vllm-0, address: 10.0.0.7:8000, events: "tcp://10.0.0.7:5557"}
+`
+
+func TestExampleConfigValidates(t *testing.T) {
+	c, err := Load(filepath.Join("..", "examples", "kvroute.yaml"))
+	if err != nil {
+		t.Fatalf("examples/kvroute.yaml: %v", err)
+	}
+	if len(c.Pools) != 1 || len(c.Pools[0].Replicas) != 2 {
+		t.Fatalf("unexpected example shape: %+v", c.Pools)
+	}
+}
+
+func TestDefaultsAreAppliedOnce(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Pools[0].Replicas[0]
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"listen.extproc", c.Listen.ExtProc, DefaultExtProcListen},
+		{"listen.admin", c.Listen.Admin, DefaultAdminListen},
+		{"index.ttl", c.Index.TTL.Std(), DefaultIndexTTL},
+		{"index.max_entries", c.Index.MaxEntries, DefaultMaxEntries},
+		{"index.cpu_tier_weight", c.Index.CPUTierWeight, DefaultCPUTierWeight},
+		{"index.speculative_ttl", c.Index.SpeculativeTTL.Std(), DefaultSpeculativeTTL},
+		{"routing.load_weight", c.Routing.LoadWeight, float64(DefaultLoadWeight)},
+		{"routing.fail_open", c.Routing.FailOpenEnabled(), true},
+		{"routing.body_limit_bytes", c.Routing.BodyLimitBytes, DefaultBodyLimitBytes},
+		{"ingest.scrape_interval", c.Ingest.ScrapeInterval.Std(), DefaultScrapeInterval},
+		{"pools[0].keys", c.Pools[0].Keys, KeysTokens},
+		{"pools[0].hash.algorithm", c.Pools[0].Hash.Algorithm, DefaultHashAlgorithm},
+		{"replica.metrics", r.Metrics, "http://10.0.0.7:8000/metrics"},
+		{"replica.data_parallel_size", r.DataParallelSize, 1},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestExplicitZeroesAreKept(t *testing.T) {
+	c, err := Parse([]byte(`
+listen: {admin: ""}
+index: {cpu_tier_weight: 0}
+routing: {load_weight: 0, fail_open: false}
+ingest: {scrape_interval: 0}
+` + minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Routing.LoadWeight != 0 ||
+		c.Routing.FailOpenEnabled() || c.Ingest.ScrapeInterval != 0 {
+		t.Fatalf("explicit zero values were overwritten: %+v", c)
+	}
+}
+
+func TestErrorsNameTheKeyAndValue(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown top-level key", "lisen: {}\n" + minimal, `lisen: unknown key`},
+		{"unknown nested key", minimal + "    blok_size: 16\n", `pools[0].blok_size: unknown key`},
+		{"unknown replica key", strings.Replace(minimal, "name: vllm-0", "nmae: vllm-0", 1), `pools[0].replicas[0].nmae: unknown key`},
+		{"wrong type int", minimal + "    block_size: sixteen\n", `pools[0].block_size: "sixteen" is not a whole number`},
+		{"wrong type list", strings.Replace(minimal, `models: ["Qwen/Qwen3-8B"]`, `models: Qwen`, 1), `pools[0].models: want a list, got "Qwen"`},
+		{"bad duration", "index: {ttl: soon}\n" + minimal, `index.ttl: "soon" is not a duration`},
+		{"address not ip:port", strings.Replace(minimal, "10.0.0.7:8000", "vllm-0", 1), `pools[0].replicas[0].address: "vllm-0" is not ip:port`},
+		{"address hostname", strings.Replace(minimal, "10.0.0.7:8000", "vllm.local:8000", 1), `pools[0].replicas[0].address: "vllm.local:8000" is not ip:port`},
+		{"bad zmq scheme", strings.Replace(minimal, "tcp://10.0.0.7:5557", "http://10.0.0.7:5557", 1), `pools[0].replicas[0].events: "http://10.0.0.7:5557" has scheme "http"`},
+		{"zmq wildcard", strings.Replace(minimal, "tcp://10.0.0.7:5557", "tcp://*:5557", 1), `pools[0].replicas[0].events: "tcp://*:5557" is the engine's bind address`},
+		{"zmq no port", strings.Replace(minimal, "tcp://10.0.0.7:5557", "tcp://10.0.0.7", 1), `pools[0].replicas[0].events: "tcp://10.0.0.7" is not tcp://host:port`},
+		{"unknown algorithm", minimal + "    hash: {algorithm: md5}\n", `pools[0].hash.algorithm: "md5" is not one of sha256, sha256_cbor, xxhash, xxhash_cbor, sha256_cbor_64bit`},
+		{"engine keys need seed", minimal + "    keys: engine\n", `pools[0].hash.seed: is required for keys: engine`},
+		{"bad keys", minimal + "    keys: blocks\n", `pools[0].keys: "blocks" is not one of tokens, engine`},
+		{"duplicate replica", minimal + "      - {name: vllm-0, address: 10.0.0.8:8000}\n", `pools[0].replicas[1].name: "vllm-0" is already the name of replicas[0]`},
+		{"duplicate address", minimal + "      - {name: vllm-1, address: 10.0.0.7:8000}\n", `pools[0].replicas[1].address: "10.0.0.7:8000" is already the address of replicas[0]`},
+		{"duplicate key", "log: {level: info, level: debug}\n" + minimal, `log.level: duplicate key`},
+		{"bad log level", "log: {level: loud}\n" + minimal, `log.level: "loud" is not one of debug, info, warn, error`},
+		{"no pools", "listen: {extproc: \":9002\"}\n", `pools: at least one pool is needed`},
+		{"bad listen", "listen: {extproc: \"9002\"}\n" + minimal, `listen.extproc: "9002" is not host:port`},
+		{"ceiling range", "routing: {kv_usage_ceiling: 1.5}\n" + minimal, `routing.kv_usage_ceiling: 1.5 is not within (0, 1]`},
+		{"metrics url", strings.Replace(minimal, `events: "tcp://10.0.0.7:5557"`, `events: "tcp://10.0.0.7:5557", metrics: "ftp://x/metrics"`, 1), `pools[0].replicas[0].metrics: "ftp://x/metrics" is not an http(s) URL`},
+		{"dp size", strings.Replace(minimal, `events: "tcp://10.0.0.7:5557"`, `events: "tcp://10.0.0.7:5557", data_parallel_size: 65`, 1), `pools[0].replicas[0].data_parallel_size: 65 is not within 1..64`},
+		{"tls half", "listen: {tls: {cert_file: a.pem}}\n" + minimal, `listen.tls: cert_file and key_file go together`},
+		{"model in two pools", minimal + `  - name: other
+    models: ["Qwen/Qwen3-8B"]
+    replicas: [{name: x, address: 10.0.0.9:8000}]
+`, `pools[1].models[0]: "Qwen/Qwen3-8B" is already served by pool "qwen3"`},
+		{"not yaml", "pools: [", "config is not valid YAML"},
+		{"empty", "", "config is empty"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tc.yaml)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error\n  %v\nwant it to contain\n  %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestEveryProblemIsReported(t *testing.T) {
+	_, err := Parse([]byte(`
+log: {level: loud}
+pools:
+  - name: a
+    models: [m]
+    keys: engine
+    replicas: [{name: r, address: nope}]
+`))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"log.level", "pools[0].hash.seed", "pools[0].replicas[0].address"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %s in:\n%v", want, err)
+		}
+	}
+}
+
+func TestSeedMayBeWrittenAsNumber(t *testing.T) {
+	c, err := Parse([]byte(minimal + "    keys: engine\n    hash: {algorithm: sha256_cbor, seed: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pools[0].Hash.Seed == nil || *c.Pools[0].Hash.Seed != "0" {
+		t.Fatalf("seed = %v", c.Pools[0].Hash.Seed)
+	}
+}
+
+func TestBindModeNeedsDistinctTopics(t *testing.T) {
+	_, err := Parse([]byte(`
+ingest: {bind: "tcp://0.0.0.0:5557"}
+pools:
+  - name: a
+    models: [m]
+    replicas:
+      - {name: r0, address: 10.0.0.1:8000, topic: "kv@10.0.0.1:8000@m"}
+      - {name: r1, address: 10.0.0.2:8000, topic: "kv@10.0.0.1:8000@m"}
+`))
+	if err == nil || !strings.Contains(err.Error(), `pools[0].replicas[1].topic`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLoadReportsMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if !os.IsNotExist(err) {
+		t.Fatalf("err = %v", err)
+	}
+}

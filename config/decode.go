@@ -1,0 +1,238 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// setKeys records the key paths present in the file, so defaults can tell an
+// explicit zero (admin: "" disables the admin server) from an absent key.
+type setKeys map[string]bool
+
+// Load reads, decodes, defaults and validates the config file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b)
+}
+
+// Parse decodes, defaults and validates a YAML config. The error, when not
+// nil, joins one error per problem, each naming its key path.
+func Parse(data []byte) (*Config, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("config is empty")
+		}
+		return nil, fmt.Errorf("config is not valid YAML: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("config holds more than one YAML document")
+	}
+	var c Config
+	d := decoder{set: setKeys{}}
+	d.decode(&doc, reflect.ValueOf(&c).Elem(), "")
+	if len(d.errs) > 0 {
+		return nil, errors.Join(d.errs...)
+	}
+	c.applyDefaults(d.set)
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// decoder walks a YAML node tree against a Go struct, strictly.
+type decoder struct {
+	set  setKeys
+	errs []error
+}
+
+var durationType = reflect.TypeOf(Duration(0))
+
+func (d *decoder) fail(path string, format string, args ...any) {
+	if path == "" {
+		path = "(top level)"
+	}
+	d.errs = append(d.errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return
+		}
+		n = n.Content[0]
+	}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // key: (empty) keeps the zero value
+	}
+	if v.Type() == durationType {
+		d.decodeDuration(n, v, path)
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		d.decode(n, p.Elem(), path)
+		v.Set(p)
+	case reflect.Struct:
+		d.decodeStruct(n, v, path)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			d.fail(path, "want a list, got %s", describe(n))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			d.decode(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+		}
+		v.Set(s)
+	case reflect.String, reflect.Bool, reflect.Int, reflect.Float64:
+		if n.Kind != yaml.ScalarNode {
+			d.fail(path, "want a %s, got %s", kindName(v.Kind()), describe(n))
+			return
+		}
+		if v.Kind() == reflect.String && n.Tag != "!!str" {
+			// Numbers and booleans as strings must be quoted: seed: "0".
+			if n.Tag == "!!int" || n.Tag == "!!float" || n.Tag == "!!bool" {
+				v.SetString(n.Value)
+				return
+			}
+		}
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			d.fail(path, "%q is not a %s", n.Value, kindName(v.Kind()))
+		}
+	default:
+		d.fail(path, "unsupported field type %s", v.Type())
+	}
+}
+
+func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.fail(path, "want a mapping, got %s", describe(n))
+		return
+	}
+	fields := map[string]int{}
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			fields[name] = i
+		}
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		key := k.Value
+		kp := join(path, key)
+		if seen[key] {
+			d.fail(kp, "duplicate key")
+			continue
+		}
+		seen[key] = true
+		idx, ok := fields[key]
+		if !ok {
+			d.fail(kp, "unknown key (known: %s)", strings.Join(sortedKeys(fields), ", "))
+			continue
+		}
+		d.set[stripIndexes(kp)] = true
+		d.decode(val, v.Field(idx), kp)
+	}
+}
+
+func (d *decoder) decodeDuration(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.ScalarNode {
+		d.fail(path, "want a duration like \"10m\", got %s", describe(n))
+		return
+	}
+	if n.Value == "0" {
+		v.SetInt(0)
+		return
+	}
+	dur, err := time.ParseDuration(n.Value)
+	if err != nil || dur < 0 {
+		d.fail(path, "%q is not a duration (like \"500ms\", \"10m\")", n.Value)
+		return
+	}
+	v.SetInt(int64(dur))
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	default:
+		return strconv.Quote(n.Value)
+	}
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Int:
+		return "whole number"
+	case reflect.Float64:
+		return "number"
+	case reflect.Bool:
+		return "boolean (true/false)"
+	default:
+		return k.String()
+	}
+}
+
+// stripIndexes turns pools[0].replicas[1].name into pools.replicas.name for
+// top-level keys; defaults only consult unindexed top-level paths.
+func stripIndexes(p string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range p {
+		switch {
+		case r == '[':
+			depth++
+		case r == ']':
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	// Declaration order reads best: sort by field index.
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && m[keys[j]] < m[keys[j-1]]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}

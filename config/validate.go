@@ -1,0 +1,237 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Validate checks a defaulted config and returns every problem found, each
+// naming its key path and the offending value.
+func (c *Config) Validate() error {
+	var v validator
+	v.listen("listen.extproc", c.Listen.ExtProc, false)
+	if c.Listen.Admin != "" {
+		v.listen("listen.admin", c.Listen.Admin, false)
+	}
+	if (c.Listen.TLS.CertFile == "") != (c.Listen.TLS.KeyFile == "") {
+		v.fail("listen.tls", "cert_file and key_file go together")
+	}
+	if c.Listen.TLS.ClientCAFile != "" && c.Listen.TLS.CertFile == "" {
+		v.fail("listen.tls.client_ca_file", "needs cert_file and key_file")
+	}
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	v.oneOf("log.format", c.Log.Format, "json", "text")
+	if c.Index.TTL <= 0 {
+		v.fail("index.ttl", "%s must be positive", c.Index.TTL)
+	}
+	if c.Index.MaxEntries <= 0 {
+		v.fail("index.max_entries", "%d must be positive", c.Index.MaxEntries)
+	}
+	if c.Index.CPUTierWeight < 0 || c.Index.CPUTierWeight > 1 {
+		v.fail("index.cpu_tier_weight", "%g is not within 0..1", c.Index.CPUTierWeight)
+	}
+	if c.Index.SpeculativeTTL < 0 {
+		v.fail("index.speculative_ttl", "%s must not be negative", c.Index.SpeculativeTTL)
+	}
+	if c.Routing.LoadWeight < 0 {
+		v.fail("routing.load_weight", "%g must not be negative", c.Routing.LoadWeight)
+	}
+	if c.Routing.KVUsageCeiling <= 0 || c.Routing.KVUsageCeiling > 1 {
+		v.fail("routing.kv_usage_ceiling", "%g is not within (0, 1]", c.Routing.KVUsageCeiling)
+	}
+	if c.Routing.BodyLimitBytes <= 0 {
+		v.fail("routing.body_limit_bytes", "%d must be positive", c.Routing.BodyLimitBytes)
+	}
+	if c.Ingest.Bind != "" {
+		v.zmq("ingest.bind", c.Ingest.Bind, true)
+	}
+	if c.Ingest.QueueSize <= 0 {
+		v.fail("ingest.queue_size", "%d must be positive", c.Ingest.QueueSize)
+	}
+	if c.Ingest.ReconnectMaxBackoff <= 0 {
+		v.fail("ingest.reconnect_max_backoff", "%s must be positive", c.Ingest.ReconnectMaxBackoff)
+	}
+	if c.Ingest.ScrapeTimeout <= 0 {
+		v.fail("ingest.scrape_timeout", "%s must be positive", c.Ingest.ScrapeTimeout)
+	}
+	if len(c.Pools) == 0 {
+		v.fail("pools", "at least one pool is needed")
+	}
+	poolNames := map[string]int{}
+	modelPool := map[string]string{}
+	topics := map[string]string{}
+	for i := range c.Pools {
+		c.validatePool(&v, i, poolNames, modelPool, topics)
+	}
+	return errors.Join(v.errs...)
+}
+
+func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, modelPool, topics map[string]string) {
+	p := &c.Pools[i]
+	at := func(key string) string { return fmt.Sprintf("pools[%d].%s", i, key) }
+	switch {
+	case p.Name == "":
+		v.fail(at("name"), "is required")
+	case !isLabelSafe(p.Name):
+		v.fail(at("name"), "%q may hold only letters, digits and -_./:", p.Name)
+	default:
+		if j, dup := poolNames[p.Name]; dup {
+			v.fail(at("name"), "%q is already the name of pools[%d]", p.Name, j)
+		}
+		poolNames[p.Name] = i
+	}
+	if len(p.Models) == 0 {
+		v.fail(at("models"), "at least one model name is needed")
+	}
+	names := append(slices.Clone(p.Models), p.LoRAAdapters...)
+	for j, m := range names {
+		key := at(fmt.Sprintf("models[%d]", j))
+		if j >= len(p.Models) {
+			key = at(fmt.Sprintf("lora_adapters[%d]", j-len(p.Models)))
+		}
+		if m == "" {
+			v.fail(key, "is empty")
+			continue
+		}
+		if owner, dup := modelPool[m]; dup {
+			v.fail(key, "%q is already served by pool %q", m, owner)
+			continue
+		}
+		modelPool[m] = p.Name
+	}
+	if p.BlockSize < 0 || p.BlockSize > 1024 {
+		v.fail(at("block_size"), "%d is not within 0..1024 (0 learns it from events)", p.BlockSize)
+	}
+	v.oneOf(at("keys"), p.Keys, KeysTokens, KeysEngine)
+	v.oneOf(at("hash.algorithm"), p.Hash.Algorithm, hashAlgorithms...)
+	if p.Keys == KeysEngine && p.Hash.Seed == nil {
+		v.fail(at("hash.seed"), "is required for keys: engine (vLLM's PYTHONHASHSEED; without it the engine's hashes are random per process)")
+	}
+	if len(p.Replicas) == 0 {
+		v.fail(at("replicas"), "at least one replica is needed")
+	}
+	replicaNames := map[string]int{}
+	addresses := map[string]int{}
+	ranks := 0
+	for j := range p.Replicas {
+		r := &p.Replicas[j]
+		rat := func(key string) string { return at(fmt.Sprintf("replicas[%d].%s", j, key)) }
+		switch {
+		case r.Name == "":
+			v.fail(rat("name"), "is required")
+		case !isLabelSafe(r.Name):
+			v.fail(rat("name"), "%q may hold only letters, digits and -_./:", r.Name)
+		default:
+			if k, dup := replicaNames[r.Name]; dup {
+				v.fail(rat("name"), "%q is already the name of replicas[%d]", r.Name, k)
+			}
+			replicaNames[r.Name] = j
+		}
+		if ap, err := netip.ParseAddrPort(r.Address); err != nil || ap.Port() == 0 {
+			v.fail(rat("address"), "%q is not ip:port", r.Address)
+		} else {
+			if k, dup := addresses[r.Address]; dup {
+				v.fail(rat("address"), "%q is already the address of replicas[%d]", r.Address, k)
+			}
+			addresses[r.Address] = j
+		}
+		if r.Events != "" {
+			v.zmq(rat("events"), r.Events, false)
+		} else if c.Ingest.Bind == "" && r.Replay != "" {
+			v.fail(rat("replay"), "needs events")
+		}
+		if r.Replay != "" {
+			v.zmq(rat("replay"), r.Replay, false)
+		}
+		if c.Ingest.Bind != "" {
+			if owner, dup := topics[r.Topic]; dup {
+				v.fail(rat("topic"), "%q is already the topic of %s: with ingest.bind the topic identifies the engine", r.Topic, owner)
+			} else {
+				topics[r.Topic] = p.Name + "/" + r.Name
+			}
+		}
+		if r.Metrics != "" {
+			if u, err := url.Parse(r.Metrics); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				v.fail(rat("metrics"), "%q is not an http(s) URL", r.Metrics)
+			}
+		}
+		if r.DataParallelSize < 1 || r.DataParallelSize > MaxReplicaRanks {
+			v.fail(rat("data_parallel_size"), "%d is not within 1..%d", r.DataParallelSize, MaxReplicaRanks)
+		}
+		ranks += max(r.DataParallelSize, 1)
+	}
+	if ranks > MaxReplicaRanks {
+		v.fail(at("replicas"), "%d replica ranks (replicas × data_parallel_size) exceed the limit of %d per pool; split the pool", ranks, MaxReplicaRanks)
+	}
+}
+
+type validator struct{ errs []error }
+
+func (v *validator) fail(path, format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+func (v *validator) oneOf(path, value string, allowed ...string) {
+	if !slices.Contains(allowed, value) {
+		v.fail(path, "%q is not one of %s", value, strings.Join(allowed, ", "))
+	}
+}
+
+// listen checks a host:port listen address; the host may be empty (all
+// interfaces) or a name.
+func (v *validator) listen(path, addr string, _ bool) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.fail(path, "%q is not host:port", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.fail(path, "%q has no valid port", addr)
+	}
+}
+
+// zmq checks a ZeroMQ endpoint: tcp://host:port or ipc://path. A connecting
+// endpoint cannot use the wildcard host that vLLM binds to (tcp://*:5557).
+func (v *validator) zmq(path, ep string, bind bool) {
+	scheme, rest, ok := strings.Cut(ep, "://")
+	if !ok || rest == "" {
+		v.fail(path, "%q is not a ZeroMQ endpoint (tcp://host:port or ipc://path)", ep)
+		return
+	}
+	switch scheme {
+	case "ipc":
+		return
+	case "tcp":
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			v.fail(path, "%q is not tcp://host:port", ep)
+			return
+		}
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			v.fail(path, "%q has no valid port", ep)
+			return
+		}
+		if !bind && (host == "*" || host == "" || host == "0.0.0.0" || host == "::") {
+			v.fail(path, "%q is the engine's bind address; kvroute connects to it, so name the engine's host (tcp://10.0.0.7:5557)", ep)
+		}
+	default:
+		v.fail(path, "%q has scheme %q; want tcp or ipc", ep, scheme)
+	}
+}
+
+func isLabelSafe(s string) bool {
+	for _, r := range s {
+		ok := r == '-' || r == '_' || r == '.' || r == '/' || r == ':' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+		if !ok {
+			return false
+		}
+	}
+	return len(s) <= 128
+}

@@ -1,0 +1,87 @@
+package index
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+)
+
+// BenchmarkLookupRoute_256Blocks_64Replicas looks up a 256-block prompt in a
+// pool of 64 replicas where every replica holds a different-length prefix of
+// it, so the walk visits all 256 blocks and every replica drops out somewhere.
+func BenchmarkLookupRoute_256Blocks_64Replicas(b *testing.B) {
+	f := newFixture(b, 64, Options{})
+	prompt := make([]BlockKey, 256)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range prompt {
+		prompt[i] = BlockKey(rng.Uint64())
+	}
+	for i, r := range f.r {
+		f.ix.Store(r, prompt[:4*(i+1)], TierGPU) // replica i holds 4(i+1) blocks
+	}
+	// Unrelated entries so the maps are not trivially small.
+	for i := 0; i < 100_000; i++ {
+		f.ix.Store(f.r[i%64], []BlockKey{BlockKey(rng.Uint64())}, TierGPU)
+	}
+	dst := make([]Match, 0, MaxReplicas)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		dst = f.ix.LookupRoute(f.pool, prompt, dst)
+	}
+	b.StopTimer()
+	if len(dst) != 64 || dst[63].Blocks != 256 {
+		b.Fatalf("unexpected result %+v", dst[len(dst)-1])
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/256, "ns/block")
+}
+
+// BenchmarkStoreBlocks measures ingest of block stores on one goroutine:
+// BlockStored events of 16 new blocks each, as vLLM emits per scheduler step.
+func BenchmarkStoreBlocks(b *testing.B) {
+	f := newFixture(b, 8, Options{MaxEntries: 1 << 30})
+	rng := rand.New(rand.NewPCG(3, 4))
+	batch := make([]BlockKey, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		for j := range batch {
+			batch[j] = BlockKey(rng.Uint64())
+		}
+		f.ix.Store(f.r[i%8], batch, TierGPU)
+	}
+	b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkBytesPerEntry fills a pool of 64 replicas with 10M (block,
+// replica) pairs and reports heap bytes per pair (runtime.MemStats after GC).
+// "holders" is how many replicas share each block.
+func BenchmarkBytesPerEntry(b *testing.B) {
+	const pairs = 10_000_000
+	for _, holders := range []int{1, 4} {
+		b.Run(fmt.Sprintf("10M_pairs/holders=%d", holders), func(b *testing.B) {
+			for b.Loop() {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				f := newFixture(b, 64, Options{MaxEntries: pairs})
+				rng := rand.New(rand.NewPCG(5, 6))
+				batch := make([]BlockKey, 16)
+				for n := 0; n < pairs/holders; n += len(batch) {
+					for j := range batch {
+						batch[j] = BlockKey(rng.Uint64())
+					}
+					for h := 0; h < holders; h++ {
+						f.ix.Store(f.r[(n/16+h*7)%64], batch, TierGPU)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/pairs, "bytes/pair")
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(f.ix.TotalEntries()), "bytes/block")
+				runtime.KeepAlive(f)
+			}
+		})
+	}
+}

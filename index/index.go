@@ -1,0 +1,254 @@
+// Package index is kvroute's CacheIndex: for each pool (a model served by a set
+// of vLLM replicas sharing one block-key space), which replicas hold which KV
+// blocks, in which tier, and how loaded each replica is.
+//
+// It is pure domain code: block keys are opaque 64-bit values and replicas are
+// small integers. Lookups take shard read locks only; writes touch one shard
+// at a time. Memory is bounded by a TTL on entries not refreshed and a hard cap
+// on entries, least recently refreshed evicted first.
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// BlockKey is one full KV block's 64-bit key (vLLM's event hash in engine
+// mode, kvroute's chained key in tokens mode).
+type BlockKey uint64
+
+// PoolID names a pool inside one Index.
+type PoolID uint16
+
+// ReplicaID is a replica's number inside its pool, below MaxReplicas. A vLLM
+// server with data-parallel ranks has one ReplicaID per rank.
+type ReplicaID uint8
+
+// MaxReplicas is the most replicas (ranks) one pool holds: holder sets are 64-bit.
+const MaxReplicas = 64
+
+// Replica identifies one replica (rank) of one pool.
+type Replica struct {
+	Pool PoolID
+	ID   ReplicaID
+}
+
+// Tier is where a replica holds a block.
+type Tier uint8
+
+// Tiers. GPU blocks are reused directly; CPU-offloaded blocks must be loaded
+// back first, so they count for less in LookupRoute.
+const (
+	TierGPU Tier = iota
+	TierCPU
+)
+
+// String names the tier for logs.
+func (t Tier) String() string {
+	if t == TierCPU {
+		return "cpu"
+	}
+	return "gpu"
+}
+
+// Options configures an Index. Zero values take the documented defaults.
+type Options struct {
+	// TTL drops entries not refreshed by a Store for this long (default 10m).
+	TTL time.Duration
+	// MaxEntries caps the number of block entries across all pools (default 20M).
+	MaxEntries int
+	// CPUTierWeight is what a CPU-only block counts for in Match.Weighted (default 0.5).
+	CPUTierWeight float64
+	// SpeculativeTTL is how long StoreSpeculative entries live (default 2s).
+	SpeculativeTTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Registerer receives the index metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// ErrTooManyReplicas is returned by AddReplica when a pool is full.
+var ErrTooManyReplicas = errors.New("index: pool already has 64 replicas")
+
+// tick is the index's clock unit for freshness: 100 ms since the index started.
+const tick = 100 * time.Millisecond
+
+// Index is the CacheIndex. All methods are safe for concurrent use.
+type Index struct {
+	opts        Options
+	now         func() time.Time
+	epoch       time.Time
+	ttlTicks    uint32
+	specTicks   uint32
+	maxEntries  int64
+	entries     atomic.Int64 // block entries across all pools
+	evictSignal chan struct{}
+	evictMu     sync.Mutex // one eviction pass at a time
+
+	poolsMu sync.Mutex // serialises AddPool
+	pools   atomic.Pointer[[]*pool]
+	metrics *metrics
+}
+
+// New builds an empty Index.
+func New(opts Options) *Index {
+	if opts.TTL <= 0 {
+		opts.TTL = 10 * time.Minute
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = 20_000_000
+	}
+	if opts.CPUTierWeight == 0 {
+		opts.CPUTierWeight = 0.5
+	}
+	if opts.SpeculativeTTL <= 0 {
+		opts.SpeculativeTTL = 2 * time.Second
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	ix := &Index{
+		opts:        opts,
+		now:         now,
+		epoch:       now(),
+		ttlTicks:    uint32(max(1, opts.TTL/tick)),
+		specTicks:   uint32(max(1, opts.SpeculativeTTL/tick)),
+		maxEntries:  int64(opts.MaxEntries),
+		evictSignal: make(chan struct{}, 1),
+	}
+	ix.pools.Store(&[]*pool{})
+	ix.metrics = newMetrics(ix, opts.Registerer)
+	return ix
+}
+
+// nowTick is the current time in ticks since the index started; never 0 so
+// that a zero seen value is always stale.
+func (ix *Index) nowTick() uint32 {
+	d := ix.now().Sub(ix.epoch)
+	if d < 0 {
+		d = 0
+	}
+	return uint32(d/tick) + 1
+}
+
+// AddPool registers a pool by name, or returns the existing one's id.
+func (ix *Index) AddPool(name string) (PoolID, error) {
+	ix.poolsMu.Lock()
+	defer ix.poolsMu.Unlock()
+	old := *ix.pools.Load()
+	for i, p := range old {
+		if p.name == name {
+			return PoolID(i), nil
+		}
+	}
+	if len(old) >= 1<<16 {
+		return 0, fmt.Errorf("index: too many pools")
+	}
+	p := newPool(name, ix.metrics)
+	next := append(append([]*pool(nil), old...), p)
+	ix.pools.Store(&next)
+	return PoolID(len(next) - 1), nil
+}
+
+// PoolByName returns the id of a registered pool.
+func (ix *Index) PoolByName(name string) (PoolID, bool) {
+	for i, p := range *ix.pools.Load() {
+		if p.name == name {
+			return PoolID(i), true
+		}
+	}
+	return 0, false
+}
+
+func (ix *Index) pool(id PoolID) *pool {
+	ps := *ix.pools.Load()
+	if int(id) >= len(ps) {
+		return nil
+	}
+	return ps[id]
+}
+
+// AddReplica registers a replica (or DP rank) in a pool, or returns the
+// existing one with that name.
+func (ix *Index) AddReplica(pool PoolID, name string) (Replica, error) {
+	p := ix.pool(pool)
+	if p == nil {
+		return Replica{}, fmt.Errorf("index: unknown pool %d", pool)
+	}
+	p.replicasMu.Lock()
+	defer p.replicasMu.Unlock()
+	free := -1
+	for i := range p.replicas {
+		rs := p.replicas[i].Load()
+		if rs != nil && rs.name == name {
+			return Replica{pool, ReplicaID(i)}, nil
+		}
+		if rs == nil && free < 0 {
+			free = i
+		}
+	}
+	if free < 0 {
+		return Replica{}, fmt.Errorf("%w: pool %q, replica %q", ErrTooManyReplicas, p.name, name)
+	}
+	rs := &replicaState{name: name, healthy: true}
+	p.replicas[free].Store(rs)
+	return Replica{pool, ReplicaID(free)}, nil
+}
+
+// RemoveReplica clears a replica's entries and frees its id.
+func (ix *Index) RemoveReplica(r Replica) {
+	p := ix.pool(r.Pool)
+	if p == nil || int(r.ID) >= MaxReplicas {
+		return
+	}
+	ix.Clear(r)
+	p.replicasMu.Lock()
+	p.replicas[r.ID].Store(nil)
+	p.replicasMu.Unlock()
+}
+
+// Run sweeps expired entries and enforces the entry cap until ctx is done.
+func (ix *Index) Run(ctx context.Context) {
+	interval := min(max(ix.opts.TTL/20, tick), 5*time.Second)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ix.SweepExpired()
+		case <-ix.evictSignal:
+		}
+		ix.enforceCap(ix.maxEntries)
+	}
+}
+
+// Entries returns the number of block entries in a pool.
+func (ix *Index) Entries(pool PoolID) int64 {
+	p := ix.pool(pool)
+	if p == nil {
+		return 0
+	}
+	return p.entries.Load()
+}
+
+// TotalEntries returns the number of block entries across all pools.
+func (ix *Index) TotalEntries() int64 { return ix.entries.Load() }
+
+// forEachBit calls f for every set bit of s, lowest first.
+func forEachBit(s uint64, f func(ReplicaID)) {
+	for s != 0 {
+		i := bits.TrailingZeros64(s)
+		f(ReplicaID(i))
+		s &= s - 1
+	}
+}

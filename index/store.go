@@ -1,0 +1,281 @@
+package index
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// numShards splits each pool's map so writers and readers rarely meet.
+const numShards = 64
+
+// cpuFlag marks, in entry.seen, a block some replica holds in the CPU tier;
+// its per-tier sets then live in shard.tiers.
+const cpuFlag = 1 << 31
+
+// entry is one block's record: 16 bytes, the whole per-block cost besides the
+// map slot. Its replica set covers every tier.
+type entry struct {
+	held uint64 // replicas holding the block in any tier
+	seen uint32 // tick of the last Store; cpuFlag when tiers has the block
+}
+
+func (e entry) tick() uint32 { return e.seen &^ cpuFlag }
+
+// tierSets splits a block's holders by tier, kept only for the (rare) blocks
+// with a CPU-tier holder.
+type tierSets struct{ gpu, cpu uint64 }
+
+// specEntry is a speculative holder set: routed requests whose blocks the
+// engine has not yet confirmed.
+type specEntry struct {
+	held    uint64
+	expires uint32 // tick after which it no longer counts
+}
+
+type shard struct {
+	mu    sync.RWMutex
+	m     map[BlockKey]entry
+	tiers map[BlockKey]tierSets
+	spec  map[BlockKey]specEntry
+}
+
+type pool struct {
+	name       string
+	shards     [numShards]shard
+	entries    atomic.Int64
+	replicasMu sync.Mutex
+	replicas   [MaxReplicas]atomic.Pointer[replicaState]
+	m          *poolMetrics
+}
+
+func newPool(name string, m *metrics) *pool {
+	p := &pool{name: name, m: m.forPool(name)}
+	for i := range p.shards {
+		p.shards[i].m = make(map[BlockKey]entry)
+		p.shards[i].tiers = make(map[BlockKey]tierSets)
+		p.shards[i].spec = make(map[BlockKey]specEntry)
+	}
+	return p
+}
+
+// shardOf spreads keys over shards even when keys are not random (tests,
+// small integers): a multiplicative hash's top bits.
+func (p *pool) shardOf(k BlockKey) *shard {
+	return &p.shards[(uint64(k)*0x9E3779B97F4A7C15)>>(64-6)]
+}
+
+func (p *pool) replica(id ReplicaID) *replicaState {
+	if int(id) >= MaxReplicas {
+		return nil
+	}
+	return p.replicas[id].Load()
+}
+
+// Store records that r holds keys in tier and refreshes their freshness.
+// Storing what is already stored only refreshes it.
+func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
+	p := ix.pool(r.Pool)
+	if p == nil || len(keys) == 0 {
+		return
+	}
+	rs := p.replica(r.ID)
+	if rs == nil {
+		return
+	}
+	bit := uint64(1) << r.ID
+	now := ix.nowTick()
+	var added, newBlocks int64
+	for _, k := range keys {
+		s := p.shardOf(k)
+		s.mu.Lock()
+		e, ok := s.m[k]
+		if ok && now-e.tick() > ix.ttlTicks {
+			// Expired but not yet swept: start afresh in the same slot.
+			s.dropLocked(p, k, e)
+			e = entry{}
+		}
+		if !ok {
+			added++
+		}
+		if e.held&bit == 0 {
+			newBlocks++
+		}
+		flagged := e.seen&cpuFlag != 0
+		switch {
+		case tier == TierCPU:
+			ts := tierSets{gpu: e.held}
+			if flagged {
+				ts = s.tiers[k]
+			}
+			ts.cpu |= bit
+			s.tiers[k] = ts
+			flagged = true
+		case flagged:
+			ts := s.tiers[k]
+			ts.gpu |= bit
+			s.tiers[k] = ts
+		}
+		e.held |= bit
+		e.seen = now
+		if flagged {
+			e.seen |= cpuFlag
+		}
+		s.m[k] = e
+		s.mu.Unlock()
+	}
+	rs.blocks.Add(newBlocks)
+	p.entries.Add(added)
+	total := ix.entries.Add(added)
+	p.m.stores.Add(float64(len(keys)))
+	ix.checkCap(total)
+}
+
+// Remove records that r no longer holds keys in tier. Removing what is not
+// held does nothing.
+func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
+	p := ix.pool(r.Pool)
+	if p == nil || len(keys) == 0 {
+		return
+	}
+	rs := p.replica(r.ID)
+	bit := uint64(1) << r.ID
+	var dropped, lostBlocks int64
+	for _, k := range keys {
+		s := p.shardOf(k)
+		s.mu.Lock()
+		e, ok := s.m[k]
+		if !ok || e.held&bit == 0 {
+			s.mu.Unlock()
+			continue
+		}
+		held := e.held
+		if e.seen&cpuFlag != 0 {
+			ts := s.tiers[k]
+			if tier == TierCPU {
+				ts.cpu &^= bit
+			} else {
+				ts.gpu &^= bit
+			}
+			held = ts.gpu | ts.cpu
+			if ts.cpu == 0 {
+				delete(s.tiers, k)
+				e.seen &^= cpuFlag
+			} else {
+				s.tiers[k] = ts
+			}
+		} else if tier == TierGPU {
+			held &^= bit
+		}
+		if held&bit == 0 && e.held&bit != 0 {
+			lostBlocks++
+		}
+		if held == 0 {
+			delete(s.m, k)
+			delete(s.tiers, k)
+			dropped++
+		} else {
+			e.held = held
+			s.m[k] = e
+		}
+		s.mu.Unlock()
+	}
+	if rs != nil {
+		rs.blocks.Add(-lostBlocks)
+	}
+	p.entries.Add(-dropped)
+	ix.entries.Add(-dropped)
+	p.m.removes.Add(float64(len(keys)))
+}
+
+// Clear forgets everything r holds (a restarted or vanished engine, or an
+// AllBlocksCleared event). It walks the whole pool, so it is for rare events.
+func (ix *Index) Clear(r Replica) {
+	p := ix.pool(r.Pool)
+	if p == nil || int(r.ID) >= MaxReplicas {
+		return
+	}
+	bit := uint64(1) << r.ID
+	var dropped int64
+	for i := range p.shards {
+		s := &p.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			if e.held&bit == 0 {
+				continue
+			}
+			e.held &^= bit
+			if e.seen&cpuFlag != 0 {
+				ts := s.tiers[k]
+				ts.gpu &^= bit
+				ts.cpu &^= bit
+				if ts.cpu == 0 {
+					delete(s.tiers, k)
+					e.seen &^= cpuFlag
+				} else {
+					s.tiers[k] = ts
+				}
+			}
+			if e.held == 0 {
+				delete(s.m, k)
+				delete(s.tiers, k)
+				dropped++
+			} else {
+				s.m[k] = e
+			}
+		}
+		for k, se := range s.spec {
+			if se.held&bit != 0 {
+				se.held &^= bit
+				if se.held == 0 {
+					delete(s.spec, k)
+				} else {
+					s.spec[k] = se
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+	if rs := p.replica(r.ID); rs != nil {
+		rs.blocks.Store(0)
+	}
+	p.entries.Add(-dropped)
+	ix.entries.Add(-dropped)
+	p.m.clears.Inc()
+}
+
+// StoreSpeculative records that r is about to hold keys because the router
+// just sent it a request with them; they count (as GPU blocks) until
+// Options.SpeculativeTTL passes, so a burst with one new prefix neither herds
+// nor scatters before the engine's events arrive.
+func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
+	p := ix.pool(r.Pool)
+	if p == nil || int(r.ID) >= MaxReplicas {
+		return
+	}
+	bit := uint64(1) << r.ID
+	expires := ix.nowTick() + ix.specTicks
+	for _, k := range keys {
+		s := p.shardOf(k)
+		s.mu.Lock()
+		se := s.spec[k]
+		if se.expires < expires-ix.specTicks {
+			se.held = 0 // stale leftovers
+		}
+		se.held |= bit
+		se.expires = expires
+		s.spec[k] = se
+		s.mu.Unlock()
+	}
+}
+
+// dropLocked deletes an entry, fixing the counters of its holders. The shard
+// lock is held; pool/index entry counts are the caller's.
+func (s *shard) dropLocked(p *pool, k BlockKey, e entry) {
+	forEachBit(e.held, func(id ReplicaID) {
+		if rs := p.replica(id); rs != nil {
+			rs.blocks.Add(-1)
+		}
+	})
+	delete(s.m, k)
+	delete(s.tiers, k)
+}
