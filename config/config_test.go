@@ -106,6 +106,7 @@ func TestErrorsNameTheKeyAndValue(t *testing.T) {
     replicas: [{name: x, address: 10.0.0.9:8000}]
 `, `pools[1].models[0]: "Qwen/Qwen3-8B" is already served by pool "qwen3"`},
 		{"not yaml", "pools: [", "config is not valid YAML"},
+		{"huge", strings.Replace(minimal, `models: ["Qwen/Qwen3-8B"]`, "models: ["+strings.Repeat("m, ", 100_000)+"m]", 1), "over 100000 nodes"},
 		{"empty", "", "config is empty"},
 	}
 	for _, tc := range cases {

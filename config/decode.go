@@ -57,9 +57,14 @@ func Parse(data []byte) (*Config, error) {
 
 // decoder walks a YAML node tree against a Go struct, strictly.
 type decoder struct {
-	set  setKeys
-	errs []error
+	set    setKeys
+	errs   []error
+	visits int // nodes visited, aliases expanded: bounded against alias bombs
 }
+
+// maxVisits bounds the nodes decoded, counting every alias expansion, so a
+// small file of nested aliases ("billion laughs") cannot take forever.
+const maxVisits = 100_000
 
 var durationType = reflect.TypeOf(Duration(0))
 
@@ -78,6 +83,12 @@ func join(path, key string) string {
 }
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	if d.visits++; d.visits > maxVisits {
+		if d.visits == maxVisits+1 {
+			d.fail(path, "config too large or aliases expand too far (over %d nodes)", maxVisits)
+		}
+		return
+	}
 	if n.Kind == yaml.DocumentNode {
 		if len(n.Content) == 0 {
 			return
