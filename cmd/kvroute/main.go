@@ -31,6 +31,7 @@ type subcommand struct {
 var subcommands = []subcommand{
 	{"serve", "run the ext_proc server (the default): --config FILE", runServe},
 	{"validate-config", "check a YAML config: validate-config FILE", runValidateConfig},
+	{"hash", "print vLLM block hashes of token ids on stdin: hash --algo A --seed S --block-size N", runHash},
 }
 
 // errUsage marks an error already explained to the user by a flag set.

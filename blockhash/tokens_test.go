@@ -1,0 +1,118 @@
+package blockhash
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// specTokenKeys re-implements the documented version-1 definition plainly, so
+// a change to the optimised code that alters any byte fails here.
+func specTokenKeys(poolSeed string, b int, tokens []uint32, lora, salt string) []uint64 {
+	root := xxhash.Sum64([]byte("kvroute-tokens-v1\x00" + poolSeed))
+	var keys []uint64
+	parent := root
+	for i := 0; (i+1)*b <= len(tokens); i++ {
+		pre := binary.LittleEndian.AppendUint64(nil, parent)
+		for _, tok := range tokens[i*b : (i+1)*b] {
+			pre = binary.LittleEndian.AppendUint32(pre, tok)
+		}
+		var items [][]byte
+		if lora != "" {
+			items = append(items, append([]byte{0x60 | byte(len(lora))}, lora...))
+		}
+		if i == 0 && salt != "" {
+			items = append(items, append([]byte{0x60 | byte(len(salt))}, salt...))
+		}
+		if len(items) == 0 {
+			pre = append(pre, 0xf6)
+		} else {
+			pre = append(pre, 0x80|byte(len(items)))
+			for _, it := range items {
+				pre = append(pre, it...)
+			}
+		}
+		parent = xxhash.Sum64(pre)
+		keys = append(keys, parent)
+	}
+	return keys
+}
+
+func TestTokenKeysFollowTheirDefinition(t *testing.T) {
+	tokens := make([]uint32, 100)
+	for i := range tokens {
+		tokens[i] = uint32(i*7919) % 151936
+	}
+	for _, tc := range []struct{ lora, salt string }{{"", ""}, {"sql-lora", ""}, {"", "tenant-a"}, {"sql-lora", "tenant-a"}} {
+		k, err := NewTokenKeyer("pool-a", 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := AppendKeys(k, nil, k.Root(), tokens, RequestKeys{LoRAName: tc.lora, CacheSalt: tc.salt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := specTokenKeys("pool-a", 16, tokens, tc.lora, tc.salt)
+		if len(got) != 6 || len(got) != len(want) {
+			t.Fatalf("%+v: %d keys, want 6", tc, len(got))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%+v block %d: %x, want %x", tc, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestTokenKeysAreStable pins two values of the version-1 scheme (recorded
+// when it was defined): keys written by one kvroute version must be found by
+// the next, so this test failing means a breaking change.
+func TestTokenKeysAreStable(t *testing.T) {
+	k, _ := NewTokenKeyer("qwen3", 4)
+	keys, err := AppendKeys(k, nil, k.Root(), []int{1, 2, 23, 24, 255, 256, 65535, 65536}, RequestKeys{CacheSalt: "tenant-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{0xf95453b2e58ee9da, 0x50e13185b285dcaf}; len(keys) != 2 || keys[0] != want[0] || keys[1] != want[1] {
+		t.Fatalf("keys %#x, want %#x", keys, want)
+	}
+}
+
+func TestTokenKeysContinueFromEventParent(t *testing.T) {
+	k, _ := NewTokenKeyer("p", 4)
+	tokens := []int{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
+	rk := RequestKeys{LoRAName: "l", CacheSalt: "s"}
+	full, _ := AppendKeys(k, nil, k.Root(), tokens, rk)
+	// An event for blocks 1..2 carries the parent key of block 0 and its tokens.
+	tail, _ := AppendKeys(k, nil, full[0], tokens[4:], rk)
+	if len(full) != 3 || len(tail) != 2 || tail[0] != full[1] || tail[1] != full[2] {
+		t.Fatalf("continuation %x, full chain %x", tail, full)
+	}
+	single, _ := BlockKey(k, full[0], tokens[4:8], []Value{Str("l")})
+	if single != full[1] {
+		t.Fatalf("BlockKey %x, want %x", single, full[1])
+	}
+}
+
+func TestTokenKeysSeparateSaltLoRAAndPools(t *testing.T) {
+	tokens := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	k, _ := NewTokenKeyer("p", 4)
+	plain, _ := AppendKeys(k, nil, k.Root(), tokens, RequestKeys{})
+	salted, _ := AppendKeys(k, nil, k.Root(), tokens, RequestKeys{CacheSalt: "t"})
+	lora, _ := AppendKeys(k, nil, k.Root(), tokens, RequestKeys{LoRAName: "u"})
+	k2, _ := NewTokenKeyer("q", 4)
+	other, _ := AppendKeys(k2, nil, k2.Root(), tokens, RequestKeys{})
+	for i := range plain {
+		if plain[i] == salted[i] || plain[i] == lora[i] || plain[i] == other[i] || salted[i] == lora[i] {
+			t.Fatalf("block %d: keys collide across salt/LoRA/pool", i)
+		}
+	}
+}
+
+func TestTokenKeysRejectHugeTokenIDs(t *testing.T) {
+	k, _ := NewTokenKeyer("p", 2)
+	if _, err := AppendKeys(k, nil, k.Root(), []uint64{1, 1 << 32}, RequestKeys{}); err == nil {
+		t.Fatal("token id 2^32 accepted")
+	}
+}

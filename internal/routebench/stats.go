@@ -1,0 +1,155 @@
+package routebench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Result is what one policy achieved on one workload at one rate.
+type Result struct {
+	Policy       string
+	Workload     string
+	Rate         float64
+	Requests     int
+	Errors       int
+	PromptTokens int64
+	CachedTokens int64 // prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens)
+	TTFT         []time.Duration
+	PerReplica   map[string]int
+	Elapsed      time.Duration
+}
+
+// HitRate is the token-level prefix-cache hit rate.
+func (r *Result) HitRate() float64 {
+	if r.PromptTokens == 0 {
+		return 0
+	}
+	return float64(r.CachedTokens) / float64(r.PromptTokens)
+}
+
+// Percentile returns the q-quantile (0..1) of TTFT, nearest rank.
+func (r *Result) Percentile(q float64) time.Duration {
+	if len(r.TTFT) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.TTFT)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// Throughput is completed requests per second.
+func (r *Result) Throughput() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Requests-r.Errors) / r.Elapsed.Seconds()
+}
+
+// Imbalance is max/mean requests per replica (1 = perfectly even).
+func (r *Result) Imbalance() float64 {
+	if len(r.PerReplica) == 0 {
+		return 0
+	}
+	var sum, peak int
+	for _, n := range r.PerReplica {
+		sum += n
+		peak = max(peak, n)
+	}
+	if sum == 0 {
+		return 0
+	}
+	return float64(peak) / (float64(sum) / float64(len(r.PerReplica)))
+}
+
+// WriteMarkdown writes one table row per result.
+func WriteMarkdown(w io.Writer, results []*Result) {
+	fmt.Fprintln(w, "| workload | rate (req/s) | policy | token hit rate | TTFT p50 | TTFT p90 | TTFT p99 | throughput (req/s) | imbalance (max/mean) | errors |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		fmt.Fprintf(w, "| %s | %g | %s | %.1f %% | %s | %s | %s | %.1f | %.2f | %d |\n",
+			r.Workload, r.Rate, r.Policy, 100*r.HitRate(),
+			ms(r.Percentile(0.5)), ms(r.Percentile(0.9)), ms(r.Percentile(0.99)),
+			r.Throughput(), r.Imbalance(), r.Errors)
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// WriteSVG draws TTFT p90 against request rate, one line per policy, for the
+// results of one workload. The y axis is logarithmic.
+func WriteSVG(w io.Writer, title string, results []*Result) {
+	const width, height, left, right, top, bottom = 760.0, 420.0, 70.0, 190.0, 40.0, 50.0
+	byPolicy := map[string][]*Result{}
+	var policies []string
+	minRate, maxRate := math.Inf(1), math.Inf(-1)
+	minY, maxY := math.Inf(1), math.Inf(-1)
+	for _, r := range results {
+		if _, ok := byPolicy[r.Policy]; !ok {
+			policies = append(policies, r.Policy)
+		}
+		byPolicy[r.Policy] = append(byPolicy[r.Policy], r)
+		y := math.Max(float64(r.Percentile(0.9))/1e6, 0.1)
+		minRate, maxRate = math.Min(minRate, r.Rate), math.Max(maxRate, r.Rate)
+		minY, maxY = math.Min(minY, y), math.Max(maxY, y)
+	}
+	if len(results) == 0 {
+		return
+	}
+	if maxRate == minRate {
+		maxRate = minRate + 1
+	}
+	lo, hi := math.Floor(math.Log10(minY)), math.Ceil(math.Log10(maxY))
+	if hi == lo {
+		hi = lo + 1
+	}
+	px := func(rate float64) float64 { return left + (rate-minRate)/(maxRate-minRate)*(width-left-right) }
+	py := func(msv float64) float64 {
+		return height - bottom - (math.Log10(math.Max(msv, 0.1))-lo)/(hi-lo)*(height-top-bottom)
+	}
+	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" font-family="sans-serif" font-size="12">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%g" y="22" font-size="15">%s</text>`+"\n", left, escapeXML(title))
+	for e := lo; e <= hi; e++ {
+		y := py(math.Pow(10, e))
+		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/><text x="%g" y="%.1f" text-anchor="end">%g ms</text>`+"\n",
+			left, y, width-right, y, left-6, y+4, math.Pow(10, e))
+	}
+	rates := map[float64]bool{}
+	for _, r := range results {
+		if !rates[r.Rate] {
+			rates[r.Rate] = true
+			x := px(r.Rate)
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#eee"/><text x="%.1f" y="%g" text-anchor="middle">%g</text>`+"\n",
+				x, top, x, height-bottom, x, height-bottom+16, r.Rate)
+		}
+	}
+	fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">request rate (req/s)</text>`+"\n", (left+width-right)/2, height-12)
+	fmt.Fprintf(&b, `<text x="16" y="%g" transform="rotate(-90 16 %g)" text-anchor="middle">TTFT p90 (log)</text>`+"\n", (top+height-bottom)/2, (top+height-bottom)/2)
+	for i, pol := range policies {
+		rs := byPolicy[pol]
+		slices.SortFunc(rs, func(a, b *Result) int { return int(math.Copysign(1, a.Rate-b.Rate)) })
+		color := colors[i%len(colors)]
+		var pts []string
+		for _, r := range rs {
+			x, y := px(r.Rate), py(float64(r.Percentile(0.9))/1e6)
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", x, y, color)
+		}
+		fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), color)
+		ly := top + 10 + float64(i)*18
+		fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="%s" stroke-width="3"/><text x="%g" y="%g">%s</text>`+"\n",
+			width-right+12, ly, width-right+32, ly, color, width-right+38, ly+4, escapeXML(pol))
+	}
+	b.WriteString("</svg>\n")
+	io.WriteString(w, b.String())
+}
+
+func escapeXML(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}
