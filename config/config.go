@@ -9,6 +9,7 @@
 package config
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -177,3 +178,12 @@ var hashAlgorithms = []string{"sha256", "sha256_cbor", "xxhash", "xxhash_cbor", 
 // MaxReplicaRanks is the most (replica, DP rank) pairs one pool may hold: the
 // index keeps a pool's holders as a 64-bit set.
 const MaxReplicaRanks = 64
+
+// RankName names one data-parallel rank of the replica in the index, logs and
+// metrics: the replica's name when it has one rank, else "name/dpN".
+func (r Replica) RankName(rank int) string {
+	if r.DataParallelSize <= 1 {
+		return r.Name
+	}
+	return fmt.Sprintf("%s/dp%d", r.Name, rank)
+}

@@ -88,21 +88,13 @@ func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, er
 		}
 		for j, r := range p.Replicas {
 			for rank := 0; rank < r.DataParallelSize; rank++ {
-				if _, err := ix.AddReplica(pid, rankName(r.Name, rank, r.DataParallelSize)); err != nil {
+				if _, err := ix.AddReplica(pid, r.RankName(rank)); err != nil {
 					return nil, fmt.Errorf("pools[%d].replicas[%d]: %w", i, j, err)
 				}
 			}
 		}
 	}
 	return ix, nil
-}
-
-// rankName names one DP rank of a replica in the index.
-func rankName(replica string, rank, size int) string {
-	if size <= 1 {
-		return replica
-	}
-	return fmt.Sprintf("%s/dp%d", replica, rank)
 }
 
 func adminMux(reg *prometheus.Registry) *http.ServeMux {
