@@ -77,7 +77,18 @@ type Routing struct {
 	BodyLimitBytes int `yaml:"body_limit_bytes"`
 	// DebugHeaders adds x-kvroute-* headers (matched tokens, replica, reason).
 	DebugHeaders bool `yaml:"debug_headers"`
+	// BodyMode is Envoy's ext_proc request_body_mode: "auto" (read Envoy's
+	// protocol_config, else infer from the message sequence), "buffered" or
+	// "full_duplex" (FULL_DUPLEX_STREAMED, the GIE endpoint-picker setup).
+	BodyMode string `yaml:"body_mode"`
 }
+
+// Body modes for routing.body_mode.
+const (
+	BodyModeAuto       = "auto"
+	BodyModeBuffered   = "buffered"
+	BodyModeFullDuplex = "full_duplex"
+)
 
 // Ingest tunes the KV-event subscribers and the /metrics scraper.
 type Ingest struct {

@@ -57,6 +57,7 @@ func (c *Config) applyDefaults(set setKeys) {
 	if c.Routing.KVUsageCeiling == 0 {
 		c.Routing.KVUsageCeiling = DefaultKVUsageCeiling
 	}
+	def(&c.Routing.BodyMode, BodyModeAuto)
 	if c.Routing.BodyLimitBytes == 0 {
 		c.Routing.BodyLimitBytes = DefaultBodyLimitBytes
 	}

@@ -48,6 +48,7 @@ func (c *Config) Validate() error {
 	if c.Routing.BodyLimitBytes <= 0 {
 		v.fail("routing.body_limit_bytes", "%d must be positive", c.Routing.BodyLimitBytes)
 	}
+	v.oneOf("routing.body_mode", c.Routing.BodyMode, BodyModeAuto, BodyModeBuffered, BodyModeFullDuplex)
 	if c.Ingest.Bind != "" {
 		v.zmq("ingest.bind", c.Ingest.Bind, true)
 	}

@@ -1,0 +1,155 @@
+package extproc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Kind is the OpenAI endpoint a request targets.
+type Kind uint8
+
+// The request kinds kvroute routes on the body.
+const (
+	KindOther Kind = iota
+	KindCompletion
+	KindChat
+)
+
+// Request is what the decision needs from an OpenAI-style body. Prompt text
+// is never logged.
+type Request struct {
+	Kind  Kind
+	Model string
+	// Prompt is a completion's text prompt; PromptIDs its token-id prompt.
+	Prompt    string
+	PromptIDs []int
+	// Body is the raw body, for the chat renderer (key order matters there).
+	Body []byte
+	// CacheSalt enters block 0's hash, as in vLLM.
+	CacheSalt string
+	// AddSpecialTokens is the request's add_special_tokens, or vLLM's default
+	// for the endpoint (true for completions, false for chat).
+	AddSpecialTokens bool
+}
+
+var (
+	errBadJSON     = errors.New("request body is not a JSON object")
+	errUnsupported = errors.New("unsupported prompt")
+)
+
+// openAIBody holds the fields of /v1/completions and /v1/chat/completions the
+// router reads; everything else is the engine's business.
+type openAIBody struct {
+	Model            string          `json:"model"`
+	Prompt           json.RawMessage `json:"prompt"`
+	Messages         json.RawMessage `json:"messages"`
+	CacheSalt        *string         `json:"cache_salt"`
+	AddSpecialTokens *bool           `json:"add_special_tokens"`
+}
+
+// ParseRequest reads an OpenAI body. path picks chat vs completion; a body
+// with "messages" and no "prompt" is treated as chat whatever the path.
+func ParseRequest(path string, body []byte) (*Request, error) {
+	var b openAIBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadJSON, jsonErrorWithoutInput(err))
+	}
+	r := &Request{Model: b.Model, Body: body}
+	if b.CacheSalt != nil {
+		r.CacheSalt = *b.CacheSalt
+	}
+	isChat := strings.HasSuffix(pathOnly(path), "/chat/completions") || (len(b.Messages) > 0 && len(b.Prompt) == 0)
+	switch {
+	case isChat:
+		r.Kind = KindChat
+		r.AddSpecialTokens = false
+		if len(b.Messages) == 0 || string(b.Messages) == "null" {
+			return r, fmt.Errorf("%w: chat request without messages", errUnsupported)
+		}
+	case len(b.Prompt) > 0:
+		r.Kind = KindCompletion
+		r.AddSpecialTokens = true
+		if err := r.parsePrompt(b.Prompt); err != nil {
+			return r, err
+		}
+	default:
+		r.Kind = KindOther
+	}
+	if b.AddSpecialTokens != nil {
+		r.AddSpecialTokens = *b.AddSpecialTokens
+	}
+	return r, nil
+}
+
+// parsePrompt accepts vLLM's prompt forms: a string, a list of token ids, or a
+// batch (list of strings / list of id lists), of which the first is routed.
+func (r *Request) parsePrompt(raw json.RawMessage) error {
+	switch firstByte(raw) {
+	case '"':
+		return json.Unmarshal(raw, &r.Prompt)
+	case '[':
+	default:
+		return fmt.Errorf("%w: prompt is neither a string nor a list", errUnsupported)
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("%w: %v", errBadJSON, jsonErrorWithoutInput(err))
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	switch firstByte(list[0]) {
+	case '"':
+		return json.Unmarshal(list[0], &r.Prompt)
+	case '[':
+		return r.parseIDs(list[0])
+	default:
+		return r.parseIDs(raw)
+	}
+}
+
+func (r *Request) parseIDs(raw json.RawMessage) error {
+	if err := json.Unmarshal(raw, &r.PromptIDs); err != nil {
+		return fmt.Errorf("%w: token-id prompt: %v", errUnsupported, jsonErrorWithoutInput(err))
+	}
+	for _, id := range r.PromptIDs {
+		if id < 0 {
+			return fmt.Errorf("%w: negative token id", errUnsupported)
+		}
+	}
+	return nil
+}
+
+func firstByte(raw []byte) byte {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c
+	}
+	return 0
+}
+
+func pathOnly(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// jsonErrorWithoutInput keeps a JSON error's position but never the user's
+// text (json.UnmarshalTypeError and SyntaxError do not quote input values).
+func jsonErrorWithoutInput(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("syntax error at offset %d", se.Offset)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %q: %s where %s expected", te.Field, te.Value, te.Type)
+	}
+	return "invalid JSON"
+}

@@ -1,0 +1,69 @@
+// Package extproc is kvroute's front door: the Envoy ext_proc stream state
+// machine (BUFFERED and FULL_DUPLEX_STREAMED), OpenAI body parsing, the routing
+// decision and the answer in the Gateway API Inference Extension's
+// endpoint-picker protocol.
+package extproc
+
+// The wire contract with Envoy, in one place. Sources of truth: the GIE
+// endpoint-picker protocol (docs/proposals/004-endpoint-picker-protocol,
+// pkg/epp/metadata/consts.go) and Envoy's ext_proc filter (ext_proc.cc,
+// processor_state.cc, v1.40 protos) as summarised in ../shared/ENVOY.md.
+const (
+	// HeaderDestination carries the chosen replica's ip:port; an ORIGINAL_DST
+	// cluster with use_http_header dials it.
+	HeaderDestination = "x-gateway-destination-endpoint"
+	// MetadataNamespaceLB is the dynamic-metadata namespace the picker writes
+	// the same destination into.
+	MetadataNamespaceLB = "envoy.lb"
+	// MetadataNamespaceSubsetHint is where the data plane passes the subset of
+	// endpoints the picker may choose from.
+	MetadataNamespaceSubsetHint = "envoy.lb.subset_hint"
+	// MetadataKeySubset is the subset hint's key: a list of "ip:port".
+	MetadataKeySubset = "x-gateway-destination-endpoint-subset"
+
+	// HeaderRequestID is Envoy's request id, used in logs.
+	HeaderRequestID = "x-request-id"
+	headerPath      = ":path"
+	headerMethod    = ":method"
+
+	// Debug headers, added when routing.debug_headers is on.
+	HeaderDebugReplica       = "x-kvroute-replica"
+	HeaderDebugMatchedTokens = "x-kvroute-matched-tokens"
+	HeaderDebugPromptTokens  = "x-kvroute-prompt-tokens"
+	HeaderDebugReason        = "x-kvroute-reason"
+
+	// streamedChunkBytes bounds each streamed_response chunk in full-duplex
+	// mode; Envoy recommends ≤ 64 KiB and GIE uses 62,000.
+	streamedChunkBytes = 62_000
+
+	// HealthServiceExtProc, HealthLiveness and HealthReadiness are the gRPC
+	// health service names Envoy's health check and GIE probe.
+	HealthServiceExtProc = "envoy.service.ext_proc.v3.ExternalProcessor"
+	HealthLiveness       = "liveness"
+	HealthReadiness      = "readiness"
+)
+
+// Decision outcomes and reasons: the label values of
+// kvroute_route_decisions_total{pool,outcome,reason}. Bounded sets.
+const (
+	OutcomePrefix   = "prefix" // a replica was chosen on cached prefix and load
+	OutcomeLoad     = "load"   // chosen on load alone
+	OutcomeRejected = "rejected"
+
+	ReasonHit              = "hit"
+	ReasonNoHit            = "no_hit"
+	ReasonNoBody           = "no_body"
+	ReasonNoTokenizer      = "no_tokenizer"
+	ReasonBadJSON          = "bad_json"
+	ReasonUnknownModel     = "unknown_model"
+	ReasonUnsupported      = "unsupported_input"
+	ReasonEmptyPrompt      = "empty_prompt"
+	ReasonTokenizeError    = "tokenize_error"
+	ReasonChatTemplate     = "chat_template_error"
+	ReasonHashError        = "hash_error"
+	ReasonBlockSizeUnknown = "block_size_unknown"
+	ReasonNoEligible       = "no_eligible_replica"
+	ReasonBodyTooLarge     = "body_too_large"
+
+	poolUnknown = "unknown"
+)

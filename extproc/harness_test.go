@@ -1,0 +1,248 @@
+package extproc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/fakeenvoy"
+)
+
+// wordTokenizer stands in for a model tokenizer in these tests (the real one
+// is exercised by package tokenize and the end-to-end tests): one id per
+// whitespace-separated word, plus BOS id 1 when special tokens are added.
+type wordTokenizer struct{}
+
+func (wordTokenizer) Encode(text string, addSpecial bool) []int {
+	var ids []int
+	if addSpecial {
+		ids = append(ids, 1)
+	}
+	for _, w := range strings.Fields(text) {
+		h := fnv.New32a()
+		h.Write([]byte(w))
+		ids = append(ids, int(h.Sum32()%100_000)+2)
+	}
+	return ids
+}
+
+// lineChat renders "role: content" lines from a chat body's messages.
+type lineChat struct{}
+
+func (lineChat) RenderChat(body []byte) (string, error) {
+	var req struct {
+		Messages []struct{ Role, Content string } `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, m := range req.Messages {
+		fmt.Fprintf(&b, "%s: %s\n", m.Role, m.Content)
+	}
+	return b.String() + "assistant:", nil
+}
+
+const testBlockSize = 4
+
+// harness is a kvroute ext_proc server on 127.0.0.1 over an index with one
+// pool "qwen" (models qwen3, adapter sql-lora) of three replicas.
+type harness struct {
+	t       *testing.T
+	ix      *index.Index
+	pool    index.PoolID
+	eps     []Endpoint
+	reg     *prometheus.Registry
+	logs    *syncBuffer
+	addr    string
+	client  extprocv3.ExternalProcessorClient
+	now     time.Time
+	nowMu   sync.Mutex
+	server  *Server
+	srvErrs *errCounter
+}
+
+type harnessOptions struct {
+	addresses []string // replica addresses; default 127.0.0.1:800{1,2,3}
+	failOpen  bool
+	debug     bool
+	bodyLimit int
+	bodyMode  string
+}
+
+func newHarness(t *testing.T, o harnessOptions) *harness {
+	t.Helper()
+	if o.addresses == nil {
+		o.addresses = []string{"127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"}
+	}
+	if o.bodyLimit == 0 {
+		o.bodyLimit = 1 << 20
+	}
+	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &syncBuffer{}, now: time.Unix(1_767_225_600, 0)}
+	h.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: h.clock})
+	var err error
+	if h.pool, err = h.ix.AddPool("qwen"); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range o.addresses {
+		name := fmt.Sprintf("vllm-%d", i)
+		r, err := h.ix.AddReplica(h.pool, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.eps = append(h.eps, Endpoint{Replica: r, Name: name, Address: a, DPSize: 1})
+	}
+	router, err := NewRouter(h.ix, []PoolConfig{{
+		Name: "qwen", ID: h.pool, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
+		Tokenizer: wordTokenizer{}, Chat: lineChat{}, BlockSize: func() int { return testBlockSize },
+		Endpoints: h.eps,
+	}}, RouterOptions{LoadWeight: 8, KVUsageCeiling: 0.95, FailOpen: o.failOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h.server = NewServer(router, Options{BodyLimitBytes: o.bodyLimit, DebugHeaders: o.debug, BodyMode: o.bodyMode, Logger: log, Metrics: NewMetrics(h.reg)})
+	g, _ := NewGRPCServer(h.server, nil)
+	h.srvErrs = &errCounter{}
+	g = grpcWithErrCount(g, h.server, o.bodyLimit, h.srvErrs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Serve(ln) }()
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(o.bodyLimit+2<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.client = extprocv3.NewExternalProcessorClient(conn)
+	t.Cleanup(func() {
+		conn.Close()
+		g.Stop()
+		<-done
+		if n := h.srvErrs.get(); n != 0 {
+			t.Errorf("the server ended %d streams with an error", n)
+		}
+	})
+	return h
+}
+
+// grpcWithErrCount rebuilds the gRPC server with an interceptor counting
+// streams the server ended with an error (Envoy would turn those into 500s).
+func grpcWithErrCount(old *grpc.Server, s *Server, bodyLimit int, c *errCounter) *grpc.Server {
+	old.Stop()
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(bodyLimit+grpcMessageMargin), grpc.StreamInterceptor(
+		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			err := handler(srv, ss)
+			if err != nil {
+				c.add()
+			}
+			return err
+		}))
+	extprocv3.RegisterExternalProcessorServer(g, s)
+	return g
+}
+
+type errCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *errCounter) add() { c.mu.Lock(); c.n++; c.mu.Unlock() }
+func (c *errCounter) get() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (h *harness) clock() time.Time {
+	h.nowMu.Lock()
+	defer h.nowMu.Unlock()
+	return h.now
+}
+
+func (h *harness) advance(d time.Duration) {
+	h.nowMu.Lock()
+	h.now = h.now.Add(d)
+	h.nowMu.Unlock()
+}
+
+// keysOf computes a prompt's block keys as the router does (token keys).
+func (h *harness) keysOf(prompt string, rk blockhash.RequestKeys) []index.BlockKey {
+	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
+	raw, err := blockhash.AppendKeys(k, nil, k.Root(), wordTokenizer{}.Encode(prompt, true), rk)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	keys := make([]index.BlockKey, len(raw))
+	for i, v := range raw {
+		keys[i] = index.BlockKey(v)
+	}
+	return keys
+}
+
+func (h *harness) do(cfg fakeenvoy.Config, req fakeenvoy.Request) fakeenvoy.Result {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := fakeenvoy.Do(ctx, h.client, cfg, req)
+	if err != nil {
+		h.t.Fatalf("exchange: %v (status %d %s)", err, res.Status, res.Details)
+	}
+	return res
+}
+
+func (h *harness) decisions(outcome, reason string) float64 {
+	return testutil.ToFloat64(h.server.m.decisions.WithLabelValues("qwen", outcome, reason))
+}
+
+func completion(prompt string) fakeenvoy.Request {
+	return fakeenvoy.Request{Method: "POST", Path: "/v1/completions", Headers: map[string]string{"content-type": "application/json"},
+		Body: []byte(fmt.Sprintf(`{"model":"qwen3","prompt":%q,"max_tokens":8}`, prompt))}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// modes lists the protocol variants every routing test runs under.
+var modes = []struct {
+	name string
+	cfg  fakeenvoy.Config
+}{
+	{"buffered", fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"}}},
+	{"buffered_inferred", fakeenvoy.Config{Mode: fakeenvoy.Buffered, ReceivingNamespaces: []string{"envoy.lb"}}},
+	{"full_duplex", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"}}},
+	{"full_duplex_inferred", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, ReceivingNamespaces: []string{"envoy.lb"}, End: fakeenvoy.EndCancel}},
+}

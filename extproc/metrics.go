@@ -1,0 +1,40 @@
+package extproc
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the ext_proc server's Prometheus metrics. Labels carry pool
+// names and fixed outcome/reason enums only.
+type Metrics struct {
+	decisions       *prometheus.CounterVec
+	decisionSeconds prometheus.Histogram
+	streams         prometheus.Gauge
+}
+
+// NewMetrics registers the metrics with reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvroute_route_decisions_total",
+			Help: "Routing decisions by pool, outcome (prefix, load, rejected) and reason.",
+		}, []string{"pool", "outcome", "reason"}),
+		decisionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvroute_route_decision_duration_seconds",
+			Help:    "Time from a complete body to the routing decision (parse, tokenize, hash, lookup, choose).",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 12),
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvroute_extproc_streams",
+			Help: "Open ext_proc streams (HTTP requests in processing).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.decisions, m.decisionSeconds, m.streams)
+	}
+	return m
+}
+
+func (m *Metrics) decision(pool, outcome, reason string) {
+	m.decisions.WithLabelValues(pool, outcome, reason).Inc()
+}

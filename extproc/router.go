@@ -1,0 +1,412 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/index"
+)
+
+// Tokenizer turns prompt text into token ids exactly as the pool's engines do.
+type Tokenizer interface {
+	Encode(text string, addSpecialTokens bool) []int
+}
+
+// ChatRenderer renders an OpenAI chat body into the prompt text vLLM would
+// tokenize (its chat template applied to the preprocessed messages).
+type ChatRenderer interface {
+	RenderChat(body []byte) (string, error)
+}
+
+// PoolConfig describes one pool to the router.
+type PoolConfig struct {
+	Name string
+	ID   index.PoolID
+	// Models are the served model names; LoRAAdapters the adapter names a
+	// request may use as its model (the name then enters every block hash).
+	Models       []string
+	LoRAAdapters []string
+	// Tokenizer nil: the pool routes by load only.
+	Tokenizer Tokenizer
+	// Chat nil: chat requests route by load only.
+	Chat ChatRenderer
+	// EngineKeys keys blocks with vLLM's own hashes (Algorithm, Seed);
+	// otherwise kvroute's token keys seeded by the pool name.
+	EngineKeys bool
+	Algorithm  blockhash.Algorithm
+	Seed       *string
+	// BlockSize returns the block size in tokens (configured or learned from
+	// events); 0 means not known yet and the pool routes by load.
+	BlockSize func() int
+	Endpoints []Endpoint
+}
+
+// Endpoint is one routable engine: an index replica (one DP rank) and the
+// address Envoy dials.
+type Endpoint struct {
+	Replica index.Replica
+	Name    string
+	Address string
+	// DPRank is set as X-data-parallel-rank (which vLLM's API server honours)
+	// when the server runs more than one rank.
+	DPRank int
+	DPSize int
+}
+
+// RouterOptions tunes the choice; see config.Routing.
+type RouterOptions struct {
+	LoadWeight     float64
+	KVUsageCeiling float64
+	FailOpen       bool
+}
+
+// Router makes the routing decision for parsed requests.
+type Router struct {
+	ix      *index.Index
+	opts    RouterOptions
+	pools   []*pool
+	byModel map[string]modelRef
+	matches sync.Pool
+}
+
+type modelRef struct {
+	pool *pool
+	lora string
+}
+
+type pool struct {
+	PoolConfig
+	keyer atomic.Pointer[keyer]
+	mu    sync.Mutex
+}
+
+// keyer computes a pool's block keys at one block size.
+type keyer struct {
+	blockSize int
+	tokens    *blockhash.TokenKeyer
+	engine    *blockhash.Engine
+}
+
+// NewRouter builds a router over the index's pools.
+func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router, error) {
+	r := &Router{ix: ix, opts: opts, byModel: map[string]modelRef{}}
+	for _, pc := range pools {
+		p := &pool{PoolConfig: pc}
+		if pc.EngineKeys && pc.Seed == nil {
+			return nil, fmt.Errorf("pool %s: %w", pc.Name, blockhash.ErrNoSeed)
+		}
+		for _, e := range pc.Endpoints {
+			if _, err := netip.ParseAddrPort(e.Address); err != nil {
+				return nil, fmt.Errorf("pool %s endpoint %s: address %q is not ip:port", pc.Name, e.Name, e.Address)
+			}
+		}
+		for _, m := range pc.Models {
+			r.byModel[m] = modelRef{pool: p}
+		}
+		for _, l := range pc.LoRAAdapters {
+			r.byModel[l] = modelRef{pool: p, lora: l}
+		}
+		r.pools = append(r.pools, p)
+	}
+	r.matches.New = func() any { s := make([]index.Match, 0, 64); return &s }
+	return r, nil
+}
+
+// keyerFor returns the pool's keyer at its current block size, or nil while
+// the block size is unknown.
+func (p *pool) keyerFor() (*keyer, error) {
+	bs := 0
+	if p.BlockSize != nil {
+		bs = p.BlockSize()
+	}
+	if bs <= 0 {
+		return nil, nil
+	}
+	if k := p.keyer.Load(); k != nil && k.blockSize == bs {
+		return k, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := &keyer{blockSize: bs}
+	var err error
+	if p.EngineKeys {
+		k.engine, err = blockhash.NewEngine(p.Algorithm, p.Seed, bs)
+	} else {
+		k.tokens, err = blockhash.NewTokenKeyer(p.Name, bs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.keyer.Store(k)
+	return k, nil
+}
+
+func (k *keyer) keys(dst []index.BlockKey, ids []int, rk blockhash.RequestKeys) ([]index.BlockKey, error) {
+	var raw [512]uint64
+	buf := raw[:0]
+	if n := len(ids) / k.blockSize; n > len(raw) {
+		buf = make([]uint64, 0, n)
+	}
+	var err error
+	if k.engine != nil {
+		buf, err = blockhash.AppendEventKeys(k.engine, buf, ids, rk)
+	} else {
+		buf, err = blockhash.AppendKeys(k.tokens, buf, k.tokens.Root(), ids, rk)
+	}
+	for _, v := range buf {
+		dst = append(dst, index.BlockKey(v))
+	}
+	return dst, err
+}
+
+// Decision is the router's answer for one request.
+type Decision struct {
+	Pool     string
+	Endpoint *Endpoint
+	// Keys are the request's block keys (for the speculative store); nil
+	// when the decision was made on load alone.
+	Keys []index.BlockKey
+	// PromptTokens and MatchedTokens describe the prefix match (debug headers).
+	PromptTokens  int
+	MatchedTokens int
+	Outcome       string
+	Reason        string
+	// Status is the HTTP status of a rejection (Outcome rejected).
+	Status int
+	Err    error
+}
+
+// Decide picks an endpoint for a request. subset, when non-nil, restricts the
+// candidates to those addresses (the data plane's subset hint). body may be
+// nil for a header-only request.
+func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decision {
+	if body == nil {
+		var p *pool
+		if len(r.pools) == 1 {
+			p = r.pools[0]
+		}
+		return r.byLoad(p, subset, ReasonNoBody, nil)
+	}
+	req, err := ParseRequest(path, body)
+	if err != nil && errors.Is(err, errBadJSON) {
+		return r.failOpen(nil, subset, ReasonBadJSON, 400, err)
+	}
+	ref, ok := r.byModel[req.Model]
+	if !ok {
+		if req.Model == "" && len(r.pools) == 1 {
+			ref = modelRef{pool: r.pools[0]}
+		} else {
+			return r.failOpen(nil, subset, ReasonUnknownModel, 404, fmt.Errorf("model %q is not served by any pool", req.Model))
+		}
+	}
+	p := ref.pool
+	if err != nil {
+		return r.failOpen(p, subset, ReasonUnsupported, 400, err)
+	}
+	ids, reason, err := r.tokens(p, req)
+	if err != nil || reason != "" {
+		if err != nil {
+			return r.failOpen(p, subset, reason, 400, err)
+		}
+		return r.byLoad(p, subset, reason, nil)
+	}
+	k, err := p.keyerFor()
+	if err != nil {
+		return r.failOpen(p, subset, ReasonHashError, 500, err)
+	}
+	if k == nil {
+		return r.byLoad(p, subset, ReasonBlockSizeUnknown, nil)
+	}
+	keys, err := k.keys(make([]index.BlockKey, 0, len(ids)/k.blockSize), ids, blockhash.RequestKeys{LoRAName: ref.lora, CacheSalt: req.CacheSalt})
+	if err != nil {
+		return r.failOpen(p, subset, ReasonHashError, 500, err)
+	}
+	return r.choose(p, subset, keys, len(ids), k.blockSize)
+}
+
+// tokens returns the request's prompt token ids, or a reason to route by load.
+func (r *Router) tokens(p *pool, req *Request) ([]int, string, error) {
+	switch req.Kind {
+	case KindCompletion:
+		if req.PromptIDs != nil {
+			return req.PromptIDs, "", nil
+		}
+		if p.Tokenizer == nil {
+			return nil, ReasonNoTokenizer, nil
+		}
+		if req.Prompt == "" {
+			return nil, ReasonEmptyPrompt, nil
+		}
+		return p.Tokenizer.Encode(req.Prompt, req.AddSpecialTokens), "", nil
+	case KindChat:
+		if p.Tokenizer == nil || p.Chat == nil {
+			return nil, ReasonNoTokenizer, nil
+		}
+		text, err := p.Chat.RenderChat(req.Body)
+		if err != nil {
+			return nil, ReasonChatTemplate, err
+		}
+		return p.Tokenizer.Encode(text, req.AddSpecialTokens), "", nil
+	default:
+		return nil, ReasonNoBody, nil
+	}
+}
+
+// failOpen routes by load after an internal error when fail-open is on, and
+// rejects with status otherwise.
+func (r *Router) failOpen(p *pool, subset map[string]bool, reason string, status int, err error) Decision {
+	if r.opts.FailOpen {
+		return r.byLoad(p, subset, reason, err)
+	}
+	return Decision{Pool: poolName(p), Outcome: OutcomeRejected, Reason: reason, Status: status, Err: err}
+}
+
+func poolName(p *pool) string {
+	if p == nil {
+		return poolUnknown
+	}
+	return p.Name
+}
+
+// candidate is an eligible endpoint with its live state.
+type candidate struct {
+	ep     *Endpoint
+	queued float64
+}
+
+// eligible lists p's endpoints (all pools' when p is nil) that are healthy,
+// under the KV-usage ceiling and inside the subset hint.
+func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate) []candidate {
+	pools := r.pools
+	if p != nil {
+		pools = []*pool{p}
+	}
+	for _, pp := range pools {
+		for i := range pp.Endpoints {
+			ep := &pp.Endpoints[i]
+			if subset != nil && !subset[ep.Address] {
+				continue
+			}
+			st, ok := r.ix.Replica(ep.Replica)
+			if !ok || !st.Healthy || (r.opts.KVUsageCeiling > 0 && st.Load.KVUsage > r.opts.KVUsageCeiling) {
+				continue
+			}
+			dst = append(dst, candidate{ep: ep, queued: st.QueuedWork()})
+		}
+	}
+	return dst
+}
+
+// byLoad picks the less loaded of two random eligible endpoints (power of two
+// choices), or rejects with 503 when none is eligible.
+func (r *Router) byLoad(p *pool, subset map[string]bool, reason string, cause error) Decision {
+	var buf [64]candidate
+	cands := r.eligible(p, subset, buf[:0])
+	d := Decision{Pool: poolName(p), Outcome: OutcomeLoad, Reason: reason, Err: cause}
+	switch len(cands) {
+	case 0:
+		return r.noEligible(d)
+	case 1:
+		d.Endpoint = cands[0].ep
+	default:
+		a := rand.IntN(len(cands))
+		b := rand.IntN(len(cands) - 1)
+		if b >= a {
+			b++
+		}
+		if cands[b].queued < cands[a].queued {
+			a = b
+		}
+		d.Endpoint = cands[a].ep
+	}
+	return d
+}
+
+func (r *Router) noEligible(d Decision) Decision {
+	d.Outcome, d.Status = OutcomeRejected, 503
+	if d.Reason == "" || d.Reason == ReasonHit || d.Reason == ReasonNoHit {
+		d.Reason = ReasonNoEligible
+	}
+	d.Err = errors.New("no eligible replica (all unhealthy, above the KV-usage ceiling or outside the subset hint)")
+	return d
+}
+
+// choose minimises cost = uncached prompt tokens + load_weight × queued work
+// over the eligible endpoints, ties broken at random; with no cached prefix
+// anywhere it falls back to power-of-two-choices on load.
+func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int) Decision {
+	mp := r.matches.Get().(*[]index.Match)
+	defer r.matches.Put(mp)
+	matches := r.ix.LookupRoute(p.ID, keys, (*mp)[:0])
+	*mp = matches[:0]
+	if len(matches) == 0 {
+		d := r.byLoad(p, subset, ReasonNoHit, nil)
+		d.Keys, d.PromptTokens = keys, promptTokens
+		return d
+	}
+	var buf [64]candidate
+	cands := r.eligible(p, subset, buf[:0])
+	d := Decision{Pool: p.Name, Keys: keys, PromptTokens: promptTokens, Outcome: OutcomePrefix, Reason: ReasonHit}
+	if len(cands) == 0 {
+		return r.noEligible(d)
+	}
+	best, ties, bestMatched := math.Inf(1), 0, 0
+	for _, c := range cands {
+		var weighted float64
+		matched := 0
+		for _, m := range matches {
+			if m.Replica == c.ep.Replica.ID {
+				weighted, matched = m.Weighted, m.Blocks
+				break
+			}
+		}
+		uncached := float64(promptTokens) - weighted*float64(blockSize)
+		cost := uncached + r.opts.LoadWeight*c.queued
+		switch {
+		case cost < best:
+			best, ties, bestMatched, d.Endpoint = cost, 1, matched, c.ep
+		case cost == best:
+			// Reservoir sampling keeps each tied endpoint with equal chance.
+			ties++
+			if rand.IntN(ties) == 0 {
+				bestMatched, d.Endpoint = matched, c.ep
+			}
+		}
+	}
+	d.MatchedTokens = bestMatched * blockSize
+	if bestMatched == 0 {
+		d.Outcome, d.Reason = OutcomeLoad, ReasonNoHit
+	}
+	return d
+}
+
+// Begin records the routed request on its endpoint: in-flight count and
+// speculative ownership of its blocks. End must follow when the stream ends.
+func (r *Router) Begin(d *Decision) {
+	if d.Endpoint == nil {
+		return
+	}
+	r.ix.BeginRequest(d.Endpoint.Replica)
+	if len(d.Keys) > 0 {
+		r.ix.StoreSpeculative(d.Endpoint.Replica, d.Keys)
+	}
+}
+
+// End releases what Begin recorded.
+func (r *Router) End(d *Decision) {
+	if d.Endpoint != nil {
+		r.ix.EndRequest(d.Endpoint.Replica)
+	}
+}
+
+// dpRankHeader is vLLM's per-request DP-rank pin.
+const dpRankHeader = "x-data-parallel-rank"
+
+func (e *Endpoint) rankValue() string { return strconv.Itoa(e.DPRank) }

@@ -1,0 +1,452 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Options configures the ext_proc server.
+type Options struct {
+	// BodyLimitBytes bounds the body kvroute accumulates in full-duplex mode
+	// (413 above it); in BUFFERED mode Envoy enforces its own buffer limit.
+	BodyLimitBytes int
+	// DebugHeaders adds the x-kvroute-* headers to routed requests.
+	DebugHeaders bool
+	// BodyMode is config.Routing.BodyMode: "auto" (or empty), "buffered" or
+	// "full_duplex".
+	BodyMode string
+	// ModeInferenceWindow is how long to wait, when Envoy sends no
+	// protocol_config (Envoy < 1.40), for a body chunk that would reveal
+	// FULL_DUPLEX_STREAMED before answering the headers as BUFFERED.
+	ModeInferenceWindow time.Duration
+	Logger              *slog.Logger
+	Metrics             *Metrics
+}
+
+// DefaultModeInferenceWindow is the default Options.ModeInferenceWindow.
+const DefaultModeInferenceWindow = 10 * time.Millisecond
+
+// Server implements envoy.service.ext_proc.v3.ExternalProcessor.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	router *Router
+	opts   Options
+	log    *slog.Logger
+	m      *Metrics
+}
+
+// NewServer returns the ext_proc service over router.
+func NewServer(router *Router, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.ModeInferenceWindow == 0 {
+		opts.ModeInferenceWindow = DefaultModeInferenceWindow
+	}
+	return &Server{router: router, opts: opts, log: opts.Logger, m: opts.Metrics}
+}
+
+type bodyMode uint8
+
+const (
+	modeUnknown bodyMode = iota
+	modeBuffered
+	modeFullDuplex
+)
+
+// stream is the state of one Envoy ext_proc stream (one HTTP request).
+type stream struct {
+	s        *Server
+	srv      extprocv3.ExternalProcessor_ProcessServer
+	recv     chan recvResult
+	mode     bodyMode
+	headers  *extprocv3.HttpHeaders
+	path     string
+	reqID    string
+	subset   map[string]bool
+	body     []byte
+	answered bool // the headers response has been sent
+	closed   bool // an immediate response ended processing
+	pending  *recvResult
+	routed   bool // a routing decision was sent
+	decision Decision
+}
+
+type recvResult struct {
+	req *extprocv3.ProcessingRequest
+	err error
+}
+
+// Process serves one HTTP request's stream. It never returns before Envoy has
+// the answer it waits for; io.EOF and Canceled from Envoy end it quietly.
+func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	st := &stream{s: s, srv: srv, recv: make(chan recvResult, 1)}
+	switch s.opts.BodyMode {
+	case "buffered":
+		st.mode = modeBuffered
+	case "full_duplex":
+		st.mode = modeFullDuplex
+	}
+	s.m.streams.Inc()
+	defer s.m.streams.Dec()
+	defer func() {
+		if st.routed {
+			s.router.End(&st.decision)
+		}
+	}()
+	ctx := srv.Context()
+	go func() {
+		for {
+			req, err := srv.Recv()
+			select {
+			case st.recv <- recvResult{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		var r recvResult
+		if st.pending != nil {
+			r, st.pending = *st.pending, nil
+		} else {
+			select {
+			case r = <-st.recv:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if r.err != nil {
+			if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled || ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("ext_proc stream receive failed", "request_id", st.reqID, "err", r.err)
+			return r.err
+		}
+		done, err := st.handle(ctx, r.req)
+		if err != nil {
+			if status.Code(err) == codes.Canceled || ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("ext_proc stream send failed", "request_id", st.reqID, "err", err)
+			return err
+		}
+		if done {
+			// An immediate response ends processing; Envoy closes the stream.
+			st.closed = true
+		}
+	}
+}
+
+func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) (bool, error) {
+	if st.closed {
+		return true, nil
+	}
+	if pc := req.GetProtocolConfig(); pc != nil && st.s.opts.BodyMode != "buffered" && st.s.opts.BodyMode != "full_duplex" {
+		switch pc.GetRequestBodyMode() {
+		case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+			st.mode = modeFullDuplex
+		default:
+			st.mode = modeBuffered
+		}
+	}
+	if md := req.GetMetadataContext(); md != nil && st.subset == nil {
+		st.subset = subsetHint(md)
+	}
+	switch v := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.onHeaders(ctx, v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.onBody(v.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return st.onTrailers()
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}})
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, st.sendResponseBody(v.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
+	default:
+		return false, nil
+	}
+}
+
+func (st *stream) onHeaders(ctx context.Context, h *extprocv3.HttpHeaders) (bool, error) {
+	st.headers = h
+	st.path = headerValue(h, headerPath)
+	st.reqID = headerValue(h, HeaderRequestID)
+	if h.GetEndOfStream() {
+		// No body will follow (e.g. GET /v1/models): route right here.
+		return st.route(nil, false, true)
+	}
+	if st.mode == modeUnknown {
+		st.mode = st.inferMode(ctx)
+	}
+	if st.mode == modeFullDuplex {
+		return false, nil // the headers answer waits for the whole body
+	}
+	st.answered = true
+	return false, st.send(headersResponse(&extprocv3.CommonResponse{}))
+}
+
+// inferMode tells FULL_DUPLEX_STREAMED (Envoy sends body chunks without
+// waiting for the headers answer) from BUFFERED (it waits) when Envoy sent
+// no protocol_config: a body chunk arriving within the window means the former.
+func (st *stream) inferMode(ctx context.Context) bodyMode {
+	t := time.NewTimer(st.s.opts.ModeInferenceWindow)
+	defer t.Stop()
+	select {
+	case r := <-st.recv:
+		st.pending = &r // the main loop handles it next
+		if r.err == nil && r.req.GetRequestBody() != nil {
+			return modeFullDuplex
+		}
+		return modeBuffered
+	case <-t.C:
+		return modeBuffered
+	case <-ctx.Done():
+		return modeBuffered
+	}
+}
+
+func (st *stream) onBody(b *extprocv3.HttpBody) (bool, error) {
+	if st.routed {
+		// A body after the decision is passed through unchanged.
+		return false, st.passBody(b)
+	}
+	if len(st.body)+len(b.GetBody()) > st.s.opts.BodyLimitBytes {
+		st.s.m.decision(poolUnknown, OutcomeRejected, ReasonBodyTooLarge)
+		return true, st.immediate(413, "request body exceeds routing.body_limit_bytes", "kvroute_body_too_large")
+	}
+	if st.mode == modeFullDuplex {
+		st.body = append(st.body, b.GetBody()...)
+		if !b.GetEndOfStream() {
+			return false, nil
+		}
+		return st.route(st.body, true, true)
+	}
+	// BUFFERED: this single message is the whole body (end_of_stream is false
+	// only when trailers follow).
+	return st.route(b.GetBody(), false, b.GetEndOfStream())
+}
+
+func (st *stream) onTrailers() (bool, error) {
+	if st.mode == modeFullDuplex && !st.routed {
+		// The body ended without end_of_stream: trailers end the request.
+		if done, err := st.route(st.body, true, false); done || err != nil {
+			return done, err
+		}
+	}
+	return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
+}
+
+// route decides and answers: in BUFFERED mode (and for header-only requests)
+// with a single mutation response; in full-duplex mode with the deferred
+// headers response followed by the body streamed back.
+func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
+	start := time.Now()
+	d := st.s.router.Decide(st.path, body, st.subset)
+	st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
+	st.s.m.decision(d.Pool, d.Outcome, d.Reason)
+	if d.Endpoint == nil {
+		st.s.log.Info("request rejected", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "status", d.Status, "err", d.Err)
+		return true, st.immediate(d.Status, d.Err.Error(), "kvroute_"+d.Reason)
+	}
+	if d.Err != nil {
+		st.s.log.Info("routing failed open", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "err", d.Err)
+	}
+	st.decision, st.routed = d, true
+	st.s.router.Begin(&st.decision)
+	st.s.log.Debug("routed", "request_id", st.reqID, "pool", d.Pool, "replica", d.Endpoint.Name,
+		"outcome", d.Outcome, "reason", d.Reason, "prompt_tokens", d.PromptTokens, "matched_tokens", d.MatchedTokens)
+
+	common := &extprocv3.CommonResponse{HeaderMutation: st.mutation(&d), ClearRouteCache: true}
+	meta := destinationMetadata(d.Endpoint.Address)
+	headersEOS := st.headers.GetEndOfStream()
+	if !fullDuplex {
+		var resp *extprocv3.ProcessingResponse
+		if body == nil && headersEOS || !st.answered {
+			st.answered = true
+			resp = headersResponse(common)
+		} else {
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: common}}}
+		}
+		resp.DynamicMetadata = meta
+		return false, st.send(resp)
+	}
+	resp := headersResponse(common)
+	resp.DynamicMetadata = meta
+	st.answered = true
+	if err := st.send(resp); err != nil {
+		return false, err
+	}
+	return false, st.streamBody(body, bodyEOS)
+}
+
+// streamBody sends body back to Envoy in ≤ 62,000-byte streamed_response
+// chunks; Envoy forwards upstream only what it receives here.
+func (st *stream) streamBody(body []byte, eos bool) error {
+	for first := true; first || len(body) > 0; first = false {
+		n := min(len(body), streamedChunkBytes)
+		chunk := body[:n]
+		body = body[n:]
+		last := len(body) == 0
+		if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+			Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: chunk, EndOfStream: last && eos},
+			}}},
+		}}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// passBody answers a body message that needs no decision.
+func (st *stream) passBody(b *extprocv3.HttpBody) error {
+	if st.mode == modeFullDuplex {
+		return st.streamBody(b.GetBody(), b.GetEndOfStream())
+	}
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}})
+}
+
+func (st *stream) sendResponseBody(b *extprocv3.HttpBody) error {
+	if st.mode == modeFullDuplex {
+		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+			Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.GetBody(), EndOfStream: b.GetEndOfStream()},
+			}}},
+		}}})
+	}
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}})
+}
+
+func (st *stream) mutation(d *Decision) *extprocv3.HeaderMutation {
+	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, d.Endpoint.Address)}
+	if d.Endpoint.DPSize > 1 {
+		set = append(set, setHeader(dpRankHeader, d.Endpoint.rankValue()))
+	}
+	if st.s.opts.DebugHeaders {
+		set = append(set,
+			setHeader(HeaderDebugReplica, d.Endpoint.Name),
+			setHeader(HeaderDebugMatchedTokens, strconv.Itoa(d.MatchedTokens)),
+			setHeader(HeaderDebugPromptTokens, strconv.Itoa(d.PromptTokens)),
+			setHeader(HeaderDebugReason, d.Reason),
+		)
+	}
+	return &extprocv3.HeaderMutation{SetHeaders: set}
+}
+
+// immediate ends the request with a local reply; the status is always set
+// (Envoy turns a missing one into 200).
+func (st *stream) immediate(code int, msg, details string) error {
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+		Body:    []byte(msg + "\n"),
+		Details: details,
+		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "text/plain; charset=utf-8")}},
+	}}})
+}
+
+func (st *stream) send(resp *extprocv3.ProcessingResponse) error { return st.srv.Send(resp) }
+
+func headersResponse(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}}}
+}
+
+// setHeader overwrites a header using raw_value only: Envoy reads raw_value
+// and rejects a mutation that sets both.
+func setHeader(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+func destinationMetadata(addr string) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			HeaderDestination: structpb.NewStringValue(addr),
+		}}),
+	}}
+}
+
+// headerValue reads a header from raw_value, falling back to value.
+func headerValue(h *extprocv3.HttpHeaders, key string) string {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.GetKey() == key {
+			if len(hv.GetRawValue()) > 0 {
+				return string(hv.GetRawValue())
+			}
+			return hv.GetValue()
+		}
+	}
+	return ""
+}
+
+// subsetHint reads envoy.lb.subset_hint / x-gateway-destination-endpoint-subset:
+// a list of "ip:port" (or one comma-separated string). nil: no hint.
+func subsetHint(md *corev3.Metadata) map[string]bool {
+	ns := md.GetFilterMetadata()[MetadataNamespaceSubsetHint]
+	if ns == nil {
+		return nil
+	}
+	v, ok := ns.GetFields()[MetadataKeySubset]
+	if !ok {
+		return nil
+	}
+	set := map[string]bool{}
+	add := func(s string) {
+		for _, part := range splitComma(s) {
+			set[part] = true
+		}
+	}
+	switch x := v.GetKind().(type) {
+	case *structpb.Value_ListValue:
+		for _, item := range x.ListValue.GetValues() {
+			add(item.GetStringValue())
+		}
+	case *structpb.Value_StringValue:
+		add(x.StringValue)
+	}
+	return set
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			part := s[start:i]
+			for len(part) > 0 && part[0] == ' ' {
+				part = part[1:]
+			}
+			for len(part) > 0 && part[len(part)-1] == ' ' {
+				part = part[:len(part)-1]
+			}
+			if part != "" {
+				out = append(out, part)
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
