@@ -66,7 +66,9 @@ type LeastLoaded struct{}
 func (LeastLoaded) Name() string { return "least-loaded" }
 
 // Pick implements Policy.
-func (LeastLoaded) Pick(_ string, v FleetView) int { return argmin(v.InFlight, func(i int) float64 { return float64(v.InFlight[i]) }) }
+func (LeastLoaded) Pick(_ string, v FleetView) int {
+	return argmin(v.InFlight, func(i int) float64 { return float64(v.InFlight[i]) })
+}
 
 func argmin(xs []int, cost func(int) float64) int {
 	best, bestCost := 0, cost(0)

@@ -1,0 +1,13 @@
+# kvroute container image: a static binary on a distroless base.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -o /out/kvroute ./cmd/kvroute
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/kvroute /usr/local/bin/kvroute
+EXPOSE 9002 9090
+ENTRYPOINT ["/usr/local/bin/kvroute"]
+CMD ["serve", "--config", "/etc/kvroute/kvroute.yaml"]

@@ -1,0 +1,190 @@
+// Package examples_test checks the deploy files that cannot run on the machine
+// that tests them (no Docker engine, no cluster): they load with the loaders
+// their tools use and their wiring agrees with kvroute's own config.
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	"gopkg.in/yaml.v3"
+
+	"github.com/kvroute/kvroute/config"
+)
+
+// loadCompose loads docker-compose.yaml as `docker compose config` would:
+// compose-go with schema validation, interpolation and normalization.
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "docker-compose.yaml")
+	content, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	details := types.ConfigDetails{
+		WorkingDir:  root,
+		ConfigFiles: []types.ConfigFile{{Filename: path, Content: content}},
+		Environment: types.Mapping{"HOME": "/home/user"},
+	}
+	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
+		o.SetProjectName("kvroute", true)
+	})
+	if err != nil {
+		t.Fatalf("docker-compose.yaml does not load: %v", err)
+	}
+	return p
+}
+
+func TestComposeWiringMatchesKvrouteConfig(t *testing.T) {
+	p := loadCompose(t)
+	svc := func(name string) types.ServiceConfig {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatalf("service %s: %v", name, err)
+		}
+		return s
+	}
+	// Envoy's config file is mounted from the repo and exists there.
+	envoy := svc("envoy")
+	var envoyCfg string
+	for _, v := range envoy.Volumes {
+		if v.Target == "/etc/envoy/envoy.yaml" {
+			envoyCfg = v.Source
+		}
+	}
+	if envoyCfg == "" {
+		t.Fatal("envoy service does not mount /etc/envoy/envoy.yaml")
+	}
+	if _, err := os.Stat(envoyCfg); err != nil {
+		t.Fatalf("envoy config: %v", err)
+	}
+	envoyYAML, _ := os.ReadFile(envoyCfg)
+	if !strings.Contains(string(envoyYAML), "kvroute") || !strings.Contains(string(envoyYAML), "9002") {
+		t.Errorf("%s does not point its ext_proc cluster at kvroute:9002", envoyCfg)
+	}
+
+	// kvroute's mounted config validates and names the vLLM services' addresses.
+	kv := svc("kvroute")
+	var kvCfgPath string
+	for _, v := range kv.Volumes {
+		if v.Target == "/etc/kvroute/kvroute.yaml" {
+			kvCfgPath = v.Source
+		}
+	}
+	cfg, err := config.Load(kvCfgPath)
+	if err != nil {
+		t.Fatalf("kvroute config %s: %v", kvCfgPath, err)
+	}
+	if !slices.Contains(kv.Command, "/etc/kvroute/kvroute.yaml") {
+		t.Errorf("kvroute command %v does not use the mounted config", kv.Command)
+	}
+	pool := cfg.Pools[0]
+	for _, r := range pool.Replicas {
+		s := svc(r.Name)
+		ip := s.Networks["llm"].Ipv4Address
+		addr := netip.MustParseAddrPort(r.Address)
+		if addr.Addr().String() != ip || addr.Port() != 8000 {
+			t.Errorf("replica %s: address %s, but service %s has IP %s and vLLM listens on 8000", r.Name, r.Address, s.Name, ip)
+		}
+		if r.Events != "tcp://"+ip+":5557" || r.Replay != "tcp://"+ip+":5558" {
+			t.Errorf("replica %s: events %s / replay %s do not reach %s:5557/5558", r.Name, r.Events, r.Replay, ip)
+		}
+		// The engine publishes where kvroute listens, with the hash scheme kvroute assumes.
+		var events struct {
+			Enable   bool   `json:"enable_kv_cache_events"`
+			Endpoint string `json:"endpoint"`
+			Replay   string `json:"replay_endpoint"`
+			Topic    string `json:"topic"`
+		}
+		var algo, model string
+		for _, arg := range s.Command {
+			switch k, v, _ := strings.Cut(arg, "="); k {
+			case "--kv-events-config":
+				if err := json.Unmarshal([]byte(v), &events); err != nil {
+					t.Fatalf("%s --kv-events-config: %v", s.Name, err)
+				}
+			case "--prefix-caching-hash-algo":
+				algo = v
+			case "--model":
+				model = v
+			}
+		}
+		if !events.Enable || events.Endpoint != "tcp://*:5557" || events.Replay != "tcp://*:5558" || events.Topic != r.Topic {
+			t.Errorf("%s kv-events-config %+v does not match kvroute's replica %+v", s.Name, events, r)
+		}
+		if algo != pool.Hash.Algorithm {
+			t.Errorf("%s hashes with %q, kvroute assumes %q", s.Name, algo, pool.Hash.Algorithm)
+		}
+		if seed := s.Environment["PYTHONHASHSEED"]; seed == nil || pool.Hash.Seed == nil || *seed != *pool.Hash.Seed {
+			t.Errorf("%s PYTHONHASHSEED %v, kvroute assumes %v", s.Name, seed, pool.Hash.Seed)
+		}
+		if !slices.Contains(pool.Models, model) {
+			t.Errorf("%s serves %q, not among the pool's models %v", s.Name, model, pool.Models)
+		}
+	}
+}
+
+// k8sDocs splits a multi-document Kubernetes YAML file.
+func k8sDocs(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var docs []map[string]any
+	for {
+		var d map[string]any
+		err := dec.Decode(&d)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if d == nil {
+			continue
+		}
+		for _, key := range []string{"apiVersion", "kind", "metadata"} {
+			if d[key] == nil {
+				t.Errorf("%s: a document lacks %s", path, key)
+			}
+		}
+		docs = append(docs, d)
+	}
+}
+
+func TestKubernetesManifestsParse(t *testing.T) {
+	kinds := map[string]bool{}
+	for _, f := range []string{"kubernetes/kvroute.yaml", "kubernetes/inferencepool.yaml"} {
+		for _, d := range k8sDocs(t, f) {
+			kinds[d["kind"].(string)] = true
+			if d["kind"] == "ConfigMap" {
+				data := d["data"].(map[string]any)
+				if _, err := config.Parse([]byte(data["kvroute.yaml"].(string))); err != nil {
+					t.Errorf("ConfigMap kvroute.yaml: %v", err)
+				}
+			}
+		}
+	}
+	for _, k := range []string{"ConfigMap", "Deployment", "Service", "InferencePool", "HTTPRoute"} {
+		if !kinds[k] {
+			t.Errorf("no %s in examples/kubernetes", k)
+		}
+	}
+}
