@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 )
 
@@ -46,12 +47,51 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { ix.Run(ctx) })
 
+	router, err := buildRouter(cfg, ix, nil)
+	if err != nil {
+		return err
+	}
+	tlsConf, err := serverTLS(cfg.Listen.TLS)
+	if err != nil {
+		return err
+	}
+	ep := extproc.NewServer(router, extproc.Options{
+		BodyLimitBytes: cfg.Routing.BodyLimitBytes,
+		DebugHeaders:   cfg.Routing.DebugHeaders,
+		BodyMode:       cfg.Routing.BodyMode,
+		Logger:         log,
+		Metrics:        extproc.NewMetrics(reg),
+	})
+	grpcSrv, health := extproc.NewGRPCServer(ep, tlsConf)
+	grpcLn, err := net.Listen("tcp", cfg.Listen.ExtProc)
+	if err != nil {
+		return fmt.Errorf("listen.extproc: %w", err)
+	}
+	ready := func() bool { return true }
+	wg.Go(func() { extproc.WatchReadiness(ctx, health, ready, time.Second) })
+	wg.Go(func() {
+		if err := grpcSrv.Serve(grpcLn); err != nil {
+			log.Error("ext_proc server stopped", "err", err)
+		}
+	})
+	context.AfterFunc(ctx, func() {
+		// Let open streams (requests in flight) finish, within bounds.
+		stopped := make(chan struct{})
+		go func() { grpcSrv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			grpcSrv.Stop()
+		}
+	})
+	log.Info("ext_proc listening", "addr", grpcLn.Addr().String(), "tls", tlsConf != nil)
+
 	if cfg.Listen.Admin != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.Admin)
 		if err != nil {
 			return fmt.Errorf("listen.admin: %w", err)
 		}
-		srv := &http.Server{Handler: adminMux(reg), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: adminMux(reg, ready), ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server stopped", "err", err)
@@ -97,10 +137,17 @@ func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, er
 	return ix, nil
 }
 
-func adminMux(reg *prometheus.Registry) *http.ServeMux {
+func adminMux(reg *prometheus.Registry, ready func() bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready: no pool has a replica with live events or load data yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 	return mux
 }
 

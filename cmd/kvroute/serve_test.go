@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvroute/kvroute/internal/fakeenvoy"
+)
+
+// lockedBuffer lets the test read the server's log while it writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// startServe runs `kvroute serve` on cfg and returns the ext_proc and admin
+// addresses it logged.
+func startServe(t *testing.T, cfg string) (extProc, admin string, logs *lockedBuffer) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kvroute.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = &lockedBuffer{}
+	done := make(chan int)
+	go func() { done <- run(ctx, []string{"serve", "--config", path}, stdio{strings.NewReader(""), logs, logs}) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, logs.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for extProc == "" || admin == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not log its listeners: %s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+		for _, line := range strings.Split(logs.String(), "\n") {
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch rec.Msg {
+			case "ext_proc listening":
+				extProc = rec.Addr
+			case "admin listening":
+				admin = rec.Addr
+			}
+		}
+	}
+	return extProc, admin, logs
+}
+
+func TestServeRoutesOverExtProc(t *testing.T) {
+	extProc, admin, _ := startServe(t, `
+listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+log: {level: debug}
+pools:
+  - name: p
+    models: [m]
+    block_size: 16
+    replicas:
+      - {name: a, address: 127.0.0.1:18001}
+      - {name: b, address: 127.0.0.1:18002, data_parallel_size: 2}
+`)
+	conn, err := grpc.NewClient(extProc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	for _, name := range []string{"envoy.service.ext_proc.v3.ExternalProcessor", "liveness", "readiness"} {
+		var st healthpb.HealthCheckResponse_ServingStatus
+		for i := 0; i < 100 && st != healthpb.HealthCheckResponse_SERVING; i++ {
+			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+			if err == nil {
+				st = resp.GetStatus()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if st != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v", name, st)
+		}
+	}
+	res, err := fakeenvoy.Do(context.Background(), extprocv3.NewExternalProcessorClient(conn),
+		fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true},
+		fakeenvoy.Request{Method: "POST", Path: "/v1/completions", Body: []byte(`{"model":"m","prompt":"hello"}`)})
+	if err != nil || res.Status != 0 {
+		t.Fatalf("exchange: %v status %d", err, res.Status)
+	}
+	dest := res.Headers[fakeenvoy.DestinationHeader]
+	if dest != "127.0.0.1:18001" && dest != "127.0.0.1:18002" {
+		t.Fatalf("destination %q", dest)
+	}
+	if dest == "127.0.0.1:18002" && res.Headers["x-data-parallel-rank"] == "" {
+		t.Fatal("DP replica chosen without x-data-parallel-rank")
+	}
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body bytes.Buffer
+	body.ReadFrom(resp.Body)
+	if !strings.Contains(body.String(), `kvroute_route_decisions_total{outcome="load",pool="p",reason="no_tokenizer"} 1`) {
+		t.Fatalf("decision metric missing from /metrics")
+	}
+}
