@@ -26,8 +26,12 @@ type lockedBuffer struct {
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // startServe runs `kvroute serve` on cfg and returns the ext_proc and admin
 // addresses it logged.
@@ -40,7 +44,9 @@ func startServe(t *testing.T, cfg string) (extProc, admin string, logs *lockedBu
 	ctx, cancel := context.WithCancel(context.Background())
 	logs = &lockedBuffer{}
 	done := make(chan int)
-	go func() { done <- run(ctx, []string{"serve", "--config", path}, stdio{strings.NewReader(""), logs, logs}) }()
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", path}, stdio{strings.NewReader(""), logs, logs})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
