@@ -1,0 +1,72 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseRequestForms(t *testing.T) {
+	for _, c := range []struct {
+		name, path, body string
+		kind             Kind
+		prompt           string
+		ids              int
+		special          bool
+		wantErr          bool
+	}{
+		{"string prompt", "/v1/completions", `{"model":"m","prompt":"hi there"}`, KindCompletion, "hi there", 0, true, false},
+		{"token ids", "/v1/completions", `{"model":"m","prompt":[1,2,3]}`, KindCompletion, "", 3, true, false},
+		{"batch of strings", "/v1/completions", `{"model":"m","prompt":["first","second"]}`, KindCompletion, "first", 0, true, false},
+		{"batch of id lists", "/v1/completions", `{"model":"m","prompt":[[5,6],[7]]}`, KindCompletion, "", 2, true, false},
+		{"no special tokens", "/v1/completions", `{"model":"m","prompt":"x","add_special_tokens":false}`, KindCompletion, "x", 0, false, false},
+		{"chat", "/v1/chat/completions?x=1", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, KindChat, "", 0, false, false},
+		{"chat by shape", "/other", `{"model":"m","messages":[]}`, KindChat, "", 0, false, false},
+		{"chat without messages", "/v1/chat/completions", `{"model":"m"}`, KindChat, "", 0, false, true},
+		{"negative id", "/v1/completions", `{"model":"m","prompt":[1,-2]}`, KindCompletion, "", 0, true, true},
+		{"prompt number", "/v1/completions", `{"model":"m","prompt":5}`, KindCompletion, "", 0, true, true},
+		{"not json", "/v1/completions", `{"model":`, KindOther, "", 0, false, true},
+		{"no prompt", "/v1/embeddings", `{"model":"m","input":"x"}`, KindOther, "", 0, false, false},
+	} {
+		r, err := ParseRequest(c.path, []byte(c.body))
+		if (err != nil) != c.wantErr {
+			t.Errorf("%s: err %v, want error %v", c.name, err, c.wantErr)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if r.Kind != c.kind || r.Prompt != c.prompt || len(r.PromptIDs) != c.ids || r.AddSpecialTokens != c.special {
+			t.Errorf("%s: got kind %d prompt %q ids %v special %v", c.name, r.Kind, r.Prompt, r.PromptIDs, r.AddSpecialTokens)
+		}
+	}
+}
+
+func TestParseErrorsDoNotQuoteTheBody(t *testing.T) {
+	for _, body := range []string{`{"prompt": secret-words}`, `{"prompt": {"secret-words": 1}}`, `{"prompt":["secret-words", 1], "model": 5}`} {
+		_, err := ParseRequest("/v1/completions", []byte(body))
+		if err == nil || strings.Contains(err.Error(), "secret-words") {
+			t.Errorf("%s: error %v", body, err)
+		}
+	}
+}
+
+// FuzzParseRequest feeds arbitrary bodies to the parser: no panic, and an
+// error never quotes the input.
+func FuzzParseRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"hi"}`, `{"model":"m","prompt":[1,2,3]}`, `{"model":"m","prompt":[[1],[2]]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"cache_salt":"s"}`, `{`, `[]`, `null`, `{"prompt":[[]]}`,
+	} {
+		f.Add("/v1/completions", []byte(s))
+		f.Add("/v1/chat/completions", []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		r, err := ParseRequest(path, body)
+		if err == nil && r == nil {
+			t.Fatal("nil request without error")
+		}
+		if err != nil && len(body) >= 8 && strings.Contains(err.Error(), string(body)) {
+			t.Fatalf("error quotes the body: %v", err)
+		}
+	})
+}
