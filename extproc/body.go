@@ -42,18 +42,33 @@ var (
 // openAIBody holds the fields of /v1/completions and /v1/chat/completions the
 // router reads; everything else is the engine's business.
 type openAIBody struct {
-	Model            string          `json:"model"`
-	Prompt           json.RawMessage `json:"prompt"`
-	Messages         json.RawMessage `json:"messages"`
-	CacheSalt        *string         `json:"cache_salt"`
-	AddSpecialTokens *bool           `json:"add_special_tokens"`
+	Model            string
+	Prompt           json.RawMessage
+	Messages         json.RawMessage
+	CacheSalt        *string
+	AddSpecialTokens *bool
 }
 
 // ParseRequest reads an OpenAI body. path picks chat vs completion; a body
 // with "messages" and no "prompt" is treated as chat whatever the path.
 func ParseRequest(path string, body []byte) (*Request, error) {
 	var b openAIBody
-	if err := json.Unmarshal(body, &b); err != nil {
+	err := scanObject(body, func(key, value []byte) error {
+		switch string(key) {
+		case "model":
+			return json.Unmarshal(value, &b.Model)
+		case "prompt":
+			b.Prompt = value
+		case "messages":
+			b.Messages = value
+		case "cache_salt":
+			return json.Unmarshal(value, &b.CacheSalt)
+		case "add_special_tokens":
+			return json.Unmarshal(value, &b.AddSpecialTokens)
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadJSON, jsonErrorWithoutInput(err))
 	}
 	r := &Request{Model: b.Model, Body: body}
@@ -143,6 +158,10 @@ func pathOnly(p string) string {
 // jsonErrorWithoutInput keeps a JSON error's position but never the user's
 // text (json.UnmarshalTypeError and SyntaxError do not quote input values).
 func jsonErrorWithoutInput(err error) string {
+	var own syntaxError
+	if errors.As(err, &own) || errors.Is(err, errNotObject) {
+		return err.Error()
+	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return fmt.Sprintf("syntax error at offset %d", se.Offset)

@@ -1,7 +1,9 @@
 package extproc
 
 import (
+	"encoding/json"
 	"strings"
+	"unicode/utf8"
 	"testing"
 )
 
@@ -67,6 +69,42 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if err != nil && len(body) >= 8 && strings.Contains(err.Error(), string(body)) {
 			t.Fatalf("error quotes the body: %v", err)
+		}
+	})
+}
+
+// FuzzScanObject checks the top-level scanner against encoding/json: on input
+// json accepts as an object, the scanner must accept it and see the same keys.
+func FuzzScanObject(f *testing.F) {
+	for _, s := range []string{`{"a":1,"b":[1,{"c":"]"}],"d":"x\"y"}`, `{}`, ` { "k" : null } `, `{"a":"\u00e9"}`, `{"a":1}x`, `{"a"}`, `[1]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var keys []string
+		err := scanObject(b, func(k, v []byte) error {
+			keys = append(keys, string(k))
+			if !json.Valid(v) {
+				return errSyntax(0) // a malformed skipped value: an error, not a panic
+			}
+			return nil
+		})
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) != nil || m == nil {
+			return
+		}
+		if err != nil {
+			t.Fatalf("scanner rejected a valid object %q: %v", b, err)
+		}
+		for _, k := range keys {
+			if !utf8.ValidString(k) || strings.Contains(k, "\\") {
+				continue // json repairs invalid UTF-8 and unescapes; the router's keys are plain ASCII
+			}
+			if _, ok := m[k]; !ok {
+				t.Fatalf("scanner saw key %q that json did not", k)
+			}
+		}
+		if len(keys) < len(m) {
+			t.Fatalf("scanner saw %d keys, json %d", len(keys), len(m))
 		}
 	})
 }
