@@ -3,8 +3,8 @@ package extproc
 import (
 	"encoding/json"
 	"strings"
-	"unicode/utf8"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestParseRequestForms(t *testing.T) {

@@ -32,6 +32,7 @@ var subcommands = []subcommand{
 	{"serve", "run the ext_proc server (the default): --config FILE", runServe},
 	{"validate-config", "check a YAML config: validate-config FILE", runValidateConfig},
 	{"hash", "print vLLM block hashes of token ids on stdin: hash --algo A --seed S --block-size N", runHash},
+	{"chat-template", "render a chat template with a JSON context on stdin: chat-template render --template-file F [--now RFC3339]", runChatTemplate},
 }
 
 // errUsage marks an error already explained to the user by a flag set.

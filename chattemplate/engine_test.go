@@ -1,0 +1,170 @@
+package chattemplate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// errKind names an engine error the way the Python exception is named.
+func errKind(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	var u *UndefinedError
+	if errors.As(err, &u) {
+		return "UndefinedError"
+	}
+	var s *SyntaxError
+	if errors.As(err, &s) {
+		return "TemplateSyntaxError"
+	}
+	return "?"
+}
+
+func TestEngineMatchesJinja2(t *testing.T) {
+	v, err := DecodeJSON([]byte(engineContext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := map[string]any{}
+	d := v.(*Dict)
+	for i, k := range d.Keys() {
+		ctx[k.(string)] = d.vals[i]
+	}
+	for _, c := range engineCases {
+		tpl, err := Parse(c.src)
+		if err != nil {
+			t.Errorf("parse %q: %v", c.src, err)
+			continue
+		}
+		got, err := tpl.Render(ctx, RenderOptions{Now: frozenNow})
+		switch {
+		case c.err != "":
+			if err == nil {
+				t.Errorf("%q: rendered %q, Jinja2 raised %s", c.src, got, c.err)
+			} else if k := errKind(err); k != c.err {
+				t.Errorf("%q: raised %s (%v), Jinja2 raised %s", c.src, k, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", c.src, err)
+		case got != c.out:
+			t.Errorf("%q:\n got %q\nwant %q", c.src, got, c.out)
+		}
+	}
+}
+
+func TestSyntaxErrorsAreReported(t *testing.T) {
+	for _, src := range []string{
+		"{% if x %}", "{% for %}", "{{ 1 + }}", "{% endif %}", "{{ (1 }}", "{{ 'abc }}",
+		"{# open", "{% set %}", "{% macro m(a=1, b) %}{% endmacro %}", "{% include 'x' %}",
+		"{{ a is }}", "{% raw %}never closed", "{{ {'a': 1 }}", "{% for x in y %}{% else %}",
+	} {
+		if _, err := Parse(src); err == nil {
+			t.Errorf("%q parsed", src)
+		} else if errKind(err) != "TemplateSyntaxError" {
+			t.Errorf("%q: %v is not a SyntaxError", src, err)
+		}
+	}
+}
+
+func TestStepBudgetStopsRunawayTemplates(t *testing.T) {
+	for _, src := range []string{
+		"{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+		"{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}",
+		"{% set ns = namespace(s='xx') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+		"{{ 'x' * 1000000000 }}",
+		"{{ [1, 2] * 1000000000 }}",
+	} {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tpl.Render(nil, RenderOptions{MaxSteps: 100000, MaxOutputSize: 1 << 20})
+		if !errors.Is(err, ErrBudgetExceeded) {
+			t.Errorf("%q: %v, want a budget error", src, err)
+		}
+	}
+}
+
+func TestRenderIsSafeForConcurrentUse(t *testing.T) {
+	tpl, err := Parse("{% for i in range(n) %}{{ i }}{% endfor %}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 8)
+	for i := range 8 {
+		go func() {
+			out, err := tpl.Render(map[string]any{"n": i}, RenderOptions{})
+			if err != nil {
+				out = err.Error()
+			}
+			done <- out
+		}()
+	}
+	seen := map[string]bool{}
+	for range 8 {
+		seen[<-done] = true
+	}
+	if !seen["0123456"] || !seen[""] || len(seen) != 8 {
+		t.Errorf("renders: %v", seen)
+	}
+}
+
+func TestJSONRoundTripKeepsOrderAndPythonFormatting(t *testing.T) {
+	in := `{"z": 1, "a": [1.0, 2.5e-07, 1e+16, -0.0, 123456789012345678901234], "m": {"é": "\u00e9\ud83d\ude00\n"}, "t": true, "n": null}`
+	v, err := DecodeJSON([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := encodeJSON(v, defaultJSONOptions(false, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What Python prints for json.dumps(json.loads(in), ensure_ascii=False),
+	// except the big integer, which Python keeps exact.
+	want := `{"z": 1, "a": [1.0, 2.5e-07, 1e+16, -0.0, 1.2345678901234569e+23], "m": {"é": "é😀\n"}, "t": true, "n": null}`
+	if got != want {
+		t.Errorf("\n got %s\nwant %s", got, want)
+	}
+	for _, bad := range []string{`{"a":}`, `[1,]`, `"\x"`, `{"a" 1}`, `01x`, `[` + strings.Repeat("[", 600) + `]`} {
+		if _, err := DecodeJSON([]byte(bad)); err == nil {
+			t.Errorf("%s decoded", bad)
+		}
+	}
+}
+
+func TestRenderAcceptsPlainGoValues(t *testing.T) {
+	tpl, err := Parse("{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}{{ n + 1 }}{{ flags.b }}{{ names | join(',') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tpl.Render(map[string]any{
+		"messages": []any{map[string]any{"role": "user", "content": "hi"}},
+		"n":        41,
+		"flags":    map[string]any{"b": true},
+		"names":    []string{"x", "y"},
+	}, RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "user=hi;42Truex,y"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestRaiseExceptionIsATemplateError(t *testing.T) {
+	tpl, err := Parse("{{ raise_exception('Conversation roles must alternate') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tpl.Render(nil, RenderOptions{})
+	if !IsRaised(err) || err.Error() != "TemplateError: Conversation roles must alternate" {
+		t.Errorf("err %v, IsRaised %v", err, IsRaised(err))
+	}
+	tpl, _ = Parse("{{ 1 + 'a' }}")
+	if _, err := tpl.Render(nil, RenderOptions{}); err == nil || IsRaised(err) {
+		t.Errorf("type error reported as %v", err)
+	}
+}

@@ -1,0 +1,502 @@
+package chattemplate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// maxJSONDepth bounds nesting so hostile bodies cannot exhaust the stack.
+const maxJSONDepth = 512
+
+// DecodeJSON decodes one JSON document into engine values, keeping object
+// key order (Python's json.loads into dict does too). Integers become int64
+// (float64 when they do not fit), numbers with a fraction or exponent float64.
+func DecodeJSON(data []byte) (Value, error) {
+	d := jsonDecoder{s: data}
+	d.skipSpace()
+	v, err := d.value(0)
+	if err != nil {
+		return nil, err
+	}
+	d.skipSpace()
+	if d.i != len(d.s) {
+		return nil, d.errorf("trailing data")
+	}
+	return v, nil
+}
+
+type jsonDecoder struct {
+	s []byte
+	i int
+}
+
+func (d *jsonDecoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("json: offset %d: %s", d.i, fmt.Sprintf(format, args...))
+}
+
+func (d *jsonDecoder) skipSpace() {
+	for d.i < len(d.s) {
+		switch d.s[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *jsonDecoder) value(depth int) (Value, error) {
+	if depth > maxJSONDepth {
+		return nil, d.errorf("nesting deeper than %d", maxJSONDepth)
+	}
+	if d.i >= len(d.s) {
+		return nil, d.errorf("unexpected end of input")
+	}
+	switch c := d.s[d.i]; {
+	case c == '{':
+		d.i++
+		obj := NewDict()
+		d.skipSpace()
+		if d.i < len(d.s) && d.s[d.i] == '}' {
+			d.i++
+			return obj, nil
+		}
+		for {
+			d.skipSpace()
+			if d.i >= len(d.s) || d.s[d.i] != '"' {
+				return nil, d.errorf("expected object key")
+			}
+			k, err := d.str()
+			if err != nil {
+				return nil, err
+			}
+			d.skipSpace()
+			if d.i >= len(d.s) || d.s[d.i] != ':' {
+				return nil, d.errorf("expected ':'")
+			}
+			d.i++
+			d.skipSpace()
+			v, err := d.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			obj.Set(k, v)
+			d.skipSpace()
+			if d.i >= len(d.s) {
+				return nil, d.errorf("unexpected end of object")
+			}
+			if d.s[d.i] == ',' {
+				d.i++
+				continue
+			}
+			if d.s[d.i] == '}' {
+				d.i++
+				return obj, nil
+			}
+			return nil, d.errorf("expected ',' or '}'")
+		}
+	case c == '[':
+		d.i++
+		l := &List{}
+		d.skipSpace()
+		if d.i < len(d.s) && d.s[d.i] == ']' {
+			d.i++
+			return l, nil
+		}
+		for {
+			d.skipSpace()
+			v, err := d.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			l.Items = append(l.Items, v)
+			d.skipSpace()
+			if d.i >= len(d.s) {
+				return nil, d.errorf("unexpected end of array")
+			}
+			if d.s[d.i] == ',' {
+				d.i++
+				continue
+			}
+			if d.s[d.i] == ']' {
+				d.i++
+				return l, nil
+			}
+			return nil, d.errorf("expected ',' or ']'")
+		}
+	case c == '"':
+		return d.str()
+	case c == 't':
+		return d.literal("true", true)
+	case c == 'f':
+		return d.literal("false", false)
+	case c == 'n':
+		return d.literal("null", nil)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return d.number()
+	default:
+		return nil, d.errorf("unexpected character %q", c)
+	}
+}
+
+func (d *jsonDecoder) literal(word string, v Value) (Value, error) {
+	if !strings.HasPrefix(string(d.s[d.i:min(len(d.s), d.i+len(word))]), word) {
+		return nil, d.errorf("invalid literal")
+	}
+	d.i += len(word)
+	return v, nil
+}
+
+func (d *jsonDecoder) number() (Value, error) {
+	start := d.i
+	if d.s[d.i] == '-' {
+		d.i++
+	}
+	digits := func() int {
+		n := 0
+		for d.i < len(d.s) && d.s[d.i] >= '0' && d.s[d.i] <= '9' {
+			d.i++
+			n++
+		}
+		return n
+	}
+	if d.i < len(d.s) && d.s[d.i] == '0' {
+		d.i++ // no leading zeros: a 0 stands alone
+	} else if digits() == 0 {
+		return nil, d.errorf("invalid number")
+	}
+	isFloat := false
+	if d.i < len(d.s) && d.s[d.i] == '.' {
+		d.i++
+		isFloat = true
+		if digits() == 0 {
+			return nil, d.errorf("invalid number")
+		}
+	}
+	if d.i < len(d.s) && (d.s[d.i] == 'e' || d.s[d.i] == 'E') {
+		d.i++
+		isFloat = true
+		if d.i < len(d.s) && (d.s[d.i] == '+' || d.s[d.i] == '-') {
+			d.i++
+		}
+		if digits() == 0 {
+			return nil, d.errorf("invalid number")
+		}
+	}
+	text := string(d.s[start:d.i])
+	if !isFloat {
+		if n, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return n, nil
+		}
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return nil, d.errorf("invalid number %q", text)
+	}
+	return f, nil
+}
+
+func (d *jsonDecoder) str() (string, error) {
+	d.i++ // opening quote
+	start := d.i
+	for d.i < len(d.s) {
+		c := d.s[d.i]
+		if c == '"' {
+			s := string(d.s[start:d.i])
+			d.i++
+			return s, nil
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			break
+		}
+		d.i++
+	}
+	var b strings.Builder
+	b.Write(d.s[start:d.i])
+	for d.i < len(d.s) {
+		c := d.s[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			return b.String(), nil
+		case c < 0x20:
+			return "", d.errorf("control character in string")
+		case c == '\\':
+			d.i++
+			if d.i >= len(d.s) {
+				return "", d.errorf("unterminated escape")
+			}
+			e := d.s[d.i]
+			d.i++
+			switch e {
+			case '"', '\\', '/':
+				b.WriteByte(e)
+			case 'b':
+				b.WriteByte('\b')
+			case 'f':
+				b.WriteByte('\f')
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'u':
+				r, ok := d.hex4()
+				if !ok {
+					return "", d.errorf("invalid \\u escape")
+				}
+				if utf16.IsSurrogate(r) {
+					if d.i+1 < len(d.s) && d.s[d.i] == '\\' && d.s[d.i+1] == 'u' {
+						save := d.i
+						d.i += 2
+						r2, ok := d.hex4()
+						if ok {
+							if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+								b.WriteRune(dec)
+								continue
+							}
+						}
+						d.i = save
+					}
+					b.WriteRune(utf8.RuneError)
+					continue
+				}
+				b.WriteRune(r)
+			default:
+				return "", d.errorf("invalid escape \\%c", e)
+			}
+		case c >= 0x80:
+			r, size := utf8.DecodeRune(d.s[d.i:])
+			b.WriteRune(r)
+			d.i += size
+		default:
+			b.WriteByte(c)
+			d.i++
+		}
+	}
+	return "", d.errorf("unterminated string")
+}
+
+func (d *jsonDecoder) hex4() (rune, bool) {
+	if d.i+4 > len(d.s) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(d.s[d.i:d.i+4]), 16, 32)
+	if err != nil {
+		return 0, false
+	}
+	d.i += 4
+	return rune(n), true
+}
+
+// jsonOptions are the arguments of Python's json.dumps that chat templates use.
+type jsonOptions struct {
+	indent      string // "" with hasIndent false: compact single line
+	hasIndent   bool
+	itemSep     string
+	keySep      string
+	ensureASCII bool
+	sortKeys    bool
+}
+
+// defaultJSONOptions mirrors json.dumps defaults given an indent choice.
+func defaultJSONOptions(hasIndent bool, indent string) jsonOptions {
+	o := jsonOptions{indent: indent, hasIndent: hasIndent, itemSep: ", ", keySep: ": "}
+	if hasIndent {
+		o.itemSep = ","
+	}
+	return o
+}
+
+// encodeJSON is Python's json.dumps with the given options.
+func encodeJSON(v Value, o jsonOptions) (string, error) {
+	var b strings.Builder
+	if err := writeJSON(&b, v, o, 0); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func writeJSONNewline(b *strings.Builder, o jsonOptions, level int) {
+	b.WriteByte('\n')
+	for range level {
+		b.WriteString(o.indent)
+	}
+}
+
+func writeJSON(b *strings.Builder, v Value, o jsonOptions, level int) error {
+	if level > maxJSONDepth {
+		return errors.New("tojson: nesting too deep")
+	}
+	if b.Len() > reprLimit {
+		return errors.New("tojson: output too large")
+	}
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		if x {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case int64:
+		b.WriteString(strconv.FormatInt(x, 10))
+	case float64:
+		switch {
+		case math.IsNaN(x):
+			b.WriteString("NaN")
+		case math.IsInf(x, 1):
+			b.WriteString("Infinity")
+		case math.IsInf(x, -1):
+			b.WriteString("-Infinity")
+		default:
+			b.WriteString(formatFloat(x))
+		}
+	case string:
+		writeJSONString(b, x, o.ensureASCII)
+	case *List:
+		return writeJSONArray(b, x.Items, o, level)
+	case Tuple:
+		return writeJSONArray(b, x, o, level)
+	case *Dict:
+		if x.Len() == 0 {
+			b.WriteString("{}")
+			return nil
+		}
+		order := make([]int, x.Len())
+		for i := range order {
+			order[i] = i
+		}
+		if o.sortKeys {
+			var serr error
+			sort.SliceStable(order, func(i, j int) bool {
+				lt, err := lessValues(x.keys[order[i]], x.keys[order[j]])
+				if err != nil {
+					serr = err
+				}
+				return lt
+			})
+			if serr != nil {
+				return serr
+			}
+		}
+		b.WriteByte('{')
+		for n, i := range order {
+			if n > 0 {
+				b.WriteString(o.itemSep)
+			}
+			if o.hasIndent {
+				writeJSONNewline(b, o, level+1)
+			}
+			var ks string
+			switch k := x.keys[i].(type) {
+			case string:
+				ks = k
+			case nil:
+				ks = "null"
+			case bool:
+				ks = "false"
+				if k {
+					ks = "true"
+				}
+			case int64:
+				ks = strconv.FormatInt(k, 10)
+			case float64:
+				ks = formatFloat(k)
+			default:
+				return fmt.Errorf("keys must be str, int, float, bool or None, not %s", typeName(k))
+			}
+			writeJSONString(b, ks, o.ensureASCII)
+			b.WriteString(o.keySep)
+			if err := writeJSON(b, x.vals[i], o, level+1); err != nil {
+				return err
+			}
+		}
+		if o.hasIndent {
+			writeJSONNewline(b, o, level)
+		}
+		b.WriteByte('}')
+	case *Namespace:
+		return fmt.Errorf("Object of type Namespace is not JSON serializable")
+	case *Undefined:
+		return fmt.Errorf("Object of type Undefined is not JSON serializable")
+	default:
+		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
+	}
+	return nil
+}
+
+func writeJSONArray(b *strings.Builder, items []Value, o jsonOptions, level int) error {
+	if len(items) == 0 {
+		b.WriteString("[]")
+		return nil
+	}
+	b.WriteByte('[')
+	for i, it := range items {
+		if i > 0 {
+			b.WriteString(o.itemSep)
+		}
+		if o.hasIndent {
+			writeJSONNewline(b, o, level+1)
+		}
+		if err := writeJSON(b, it, o, level+1); err != nil {
+			return err
+		}
+	}
+	if o.hasIndent {
+		writeJSONNewline(b, o, level)
+	}
+	b.WriteByte(']')
+	return nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// writeJSONString escapes like Python's json module: with ensure_ascii off
+// only '"', '\\' and control characters are escaped.
+func writeJSONString(b *strings.Builder, s string, ensureASCII bool) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			switch {
+			case r < 0x20:
+				b.WriteString(`\u00`)
+				b.WriteByte(hexDigits[r>>4])
+				b.WriteByte(hexDigits[r&0xf])
+			case ensureASCII && r > 0x7e:
+				if r >= 0x10000 {
+					r1, r2 := utf16.EncodeRune(r)
+					fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
+				} else {
+					fmt.Fprintf(b, `\u%04x`, r)
+				}
+			default:
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+}

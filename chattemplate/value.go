@@ -1,0 +1,536 @@
+package chattemplate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// Value is one template value. The engine uses these concrete types:
+// nil (Python None), bool, int64, float64, string, *List, Tuple, *Dict,
+// *Undefined, *Namespace and callables (*Macro, *builtinFunc, *boundMethod).
+// Go values handed to Render are converted by FromGo.
+type Value = any
+
+// List is a Python list: a mutable, ordered sequence shared by reference.
+type List struct {
+	Items []Value
+}
+
+// Tuple is a Python tuple (what dict.items() yields and `a, b` builds).
+type Tuple []Value
+
+// Dict is a Python dict: keys keep their insertion order, as request JSON
+// needs (tool schemas are printed back with tojson). Small dicts (most JSON
+// objects) are searched linearly; an index map is built past smallDict keys.
+type Dict struct {
+	keys  []Value
+	vals  []Value
+	index map[any]int // nil until the dict grows past smallDict
+}
+
+const smallDict = 12
+
+// NewDict returns an empty ordered dict.
+func NewDict() *Dict { return &Dict{} }
+
+// Len returns the number of entries.
+func (d *Dict) Len() int { return len(d.keys) }
+
+// Keys returns the keys in insertion order (the slice must not be modified).
+func (d *Dict) Keys() []Value { return d.keys }
+
+func (d *Dict) find(k Value) int {
+	if d.index != nil {
+		if i, ok := d.index[hashKey(k)]; ok {
+			return i
+		}
+		return -1
+	}
+	if ks, ok := k.(string); ok {
+		for i, x := range d.keys {
+			if xs, ok := x.(string); ok && xs == ks {
+				return i
+			}
+		}
+		return -1
+	}
+	hk := hashKey(k)
+	for i, x := range d.keys {
+		if hashKey(x) == hk {
+			return i
+		}
+	}
+	return -1
+}
+
+// Set stores v under k, keeping k's original position when it exists.
+func (d *Dict) Set(k, v Value) {
+	if i := d.find(k); i >= 0 {
+		d.vals[i] = v
+		return
+	}
+	d.keys = append(d.keys, k)
+	d.vals = append(d.vals, v)
+	if d.index != nil {
+		d.index[hashKey(k)] = len(d.keys) - 1
+	} else if len(d.keys) > smallDict {
+		d.reindex()
+	}
+}
+
+func (d *Dict) reindex() {
+	d.index = make(map[any]int, len(d.keys))
+	for i, k := range d.keys {
+		d.index[hashKey(k)] = i
+	}
+}
+
+// Get returns the value stored under k.
+func (d *Dict) Get(k Value) (Value, bool) {
+	if d == nil {
+		return nil, false
+	}
+	i := d.find(k)
+	if i < 0 {
+		return nil, false
+	}
+	return d.vals[i], true
+}
+
+// Delete removes k, keeping the order of the others.
+func (d *Dict) Delete(k Value) {
+	i := d.find(k)
+	if i < 0 {
+		return
+	}
+	d.keys = append(d.keys[:i:i], d.keys[i+1:]...)
+	d.vals = append(d.vals[:i:i], d.vals[i+1:]...)
+	if d.index != nil {
+		d.reindex()
+	}
+}
+
+// Copy returns a shallow copy.
+func (d *Dict) Copy() *Dict {
+	c := &Dict{keys: append([]Value(nil), d.keys...), vals: append([]Value(nil), d.vals...)}
+	if d.index != nil {
+		c.reindex()
+	}
+	return c
+}
+
+// hashKey normalises a key the way Python hashes it: True == 1 == 1.0.
+func hashKey(k Value) any {
+	switch x := k.(type) {
+	case bool:
+		if x {
+			return int64(1)
+		}
+		return int64(0)
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1e18 {
+			return int64(x)
+		}
+		return x
+	case Tuple:
+		return "\x00tuple" + reprValue(x)
+	case *Undefined:
+		return "\x00undefined" // Jinja2: every Undefined hashes and compares alike
+	case nil, int64, string:
+		return x
+	default:
+		return fmt.Sprintf("\x00%p", x)
+	}
+}
+
+// Undefined is Jinja2's default Undefined: empty when printed, false when
+// tested, empty when iterated, and an error for most other uses.
+type Undefined struct {
+	hint string
+	// For a missing attribute or item the hint is built on demand:
+	// "'<objType> object' has no attribute '<attr>'".
+	objType string
+	attr    Value
+	varName string // a missing variable: "'<varName>' is undefined"
+}
+
+func (u *Undefined) err() error {
+	switch {
+	case u.varName != "":
+		return &UndefinedError{Msg: fmt.Sprintf("'%s' is undefined", u.varName)}
+	case u.objType != "":
+		if s, ok := u.attr.(string); ok {
+			return &UndefinedError{Msg: fmt.Sprintf("'%s object' has no attribute '%s'", u.objType, s)}
+		}
+		return &UndefinedError{Msg: fmt.Sprintf("'%s object' has no element %s", u.objType, reprValue(u.attr))}
+	case u.hint == "":
+		return &UndefinedError{Msg: "value is undefined"}
+	}
+	return &UndefinedError{Msg: u.hint}
+}
+
+func undefinedName(name string) *Undefined {
+	return &Undefined{varName: name}
+}
+
+func undefinedAttr(obj Value, name Value) *Undefined {
+	return &Undefined{objType: typeName(obj), attr: name}
+}
+
+// Iterator is a one-shot Python iterator: what Jinja2's lazy filters (map,
+// select, selectattr, unique, items, ...) return. It is always true, has no
+// length, and iterating it consumes it.
+type Iterator struct {
+	kind  string // "generator", "list_reverseiterator"
+	items []Value
+	pos   int
+	err   error  // a generator's failure, raised when it is consumed
+	fn    string // the generator function's name, for printing
+}
+
+func newGenerator(items []Value) *Iterator { return &Iterator{kind: "generator", items: items} }
+
+// rest consumes and returns what the iterator has left.
+func (it *Iterator) rest() []Value {
+	r := it.items[it.pos:]
+	it.pos = len(it.items)
+	return r
+}
+
+// View is a dict view (dict.items(), .keys(), .values()).
+type View struct {
+	kind  string // "dict_items", "dict_keys", "dict_values"
+	items []Value
+}
+
+// Namespace is the object namespace() returns: attributes can be assigned
+// from inside loops with {% set ns.x = ... %}.
+type Namespace struct {
+	attrs *Dict
+}
+
+// typeName is Python's type(x).__name__.
+func typeName(v Value) string {
+	switch x := v.(type) {
+	case nil:
+		return "NoneType"
+	case bool:
+		return "bool"
+	case int64:
+		return "int"
+	case float64:
+		return "float"
+	case string:
+		return "str"
+	case *List:
+		return "list"
+	case Tuple:
+		return "tuple"
+	case *Dict:
+		return "dict"
+	case *Undefined:
+		return "Undefined"
+	case *Namespace:
+		return "Namespace"
+	case *Iterator:
+		return x.kind
+	case *View:
+		return x.kind
+	case *loopObj:
+		return "LoopContext"
+	case *Macro:
+		return "Macro"
+	case *boundMethod:
+		return "builtin_function_or_method"
+	case *builtinFunc:
+		return "function"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// truthy is Python's bool(x).
+func truthy(v Value) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case int64:
+		return x != 0
+	case float64:
+		return x != 0
+	case string:
+		return x != ""
+	case *List:
+		return len(x.Items) > 0
+	case Tuple:
+		return len(x) > 0
+	case *Dict:
+		return x.Len() > 0
+	case *Undefined:
+		return false
+	case *View:
+		return len(x.items) > 0
+	default:
+		return true
+	}
+}
+
+// strValue is Python's str(x) as Jinja2 prints it.
+func strValue(v Value) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case *Undefined:
+		return ""
+	case nil:
+		return "None"
+	case bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case float64:
+		return formatFloat(x)
+	case *Macro:
+		return "<Macro '" + x.name + "'>"
+	default:
+		return reprValue(v)
+	}
+}
+
+// reprValue is Python's repr(x).
+func reprValue(v Value) string {
+	var b strings.Builder
+	writeRepr(&b, v, 0)
+	return b.String()
+}
+
+// reprLimit stops printing values past this many bytes; the render's size
+// budget (smaller by default) then fails the render.
+const reprLimit = 64 << 20
+
+func writeRepr(b *strings.Builder, v Value, depth int) {
+	if depth > 100 || b.Len() > reprLimit {
+		b.WriteString("...")
+		return
+	}
+	switch x := v.(type) {
+	case string:
+		b.WriteString(reprString(x))
+	case *List:
+		b.WriteByte('[')
+		for i, it := range x.Items {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeRepr(b, it, depth+1)
+		}
+		b.WriteByte(']')
+	case Tuple:
+		b.WriteByte('(')
+		for i, it := range x {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeRepr(b, it, depth+1)
+		}
+		if len(x) == 1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte(')')
+	case *Dict:
+		b.WriteByte('{')
+		for i, k := range x.keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeRepr(b, k, depth+1)
+			b.WriteString(": ")
+			writeRepr(b, x.vals[i], depth+1)
+		}
+		b.WriteByte('}')
+	case *Undefined:
+		b.WriteString("Undefined")
+	case *Iterator:
+		// CPython prints e.g. <generator object sync_do_map at 0x7f...>;
+		// the address is arbitrary, its length is kept.
+		name := ""
+		if x.fn != "" {
+			name = " " + x.fn
+		}
+		fmt.Fprintf(b, "<%s object%s at 0x7f%010x>", x.kind, name, uintptr(unsafe.Pointer(x))&0xffffffffff)
+	case *View:
+		b.WriteString(x.kind + "(")
+		writeRepr(b, &List{Items: x.items}, depth+1)
+		b.WriteString(")")
+	case *Namespace:
+		b.WriteString("<Namespace ")
+		writeRepr(b, x.attrs, depth+1)
+		b.WriteString(">")
+	default:
+		b.WriteString(strValue(v))
+	}
+}
+
+// reprString quotes s as Python's repr does: single quotes unless s holds a
+// single quote and no double quote; non-printable characters escaped.
+func reprString(s string) string {
+	q := byte('\'')
+	if strings.IndexByte(s, '\'') >= 0 && strings.IndexByte(s, '"') < 0 {
+		q = '"'
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte(q)
+	for _, r := range s {
+		switch {
+		case r == rune(q) || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r >= 0x80 && !pyPrintable(r):
+			switch {
+			case r < 0x100:
+				fmt.Fprintf(&b, `\x%02x`, r)
+			case r < 0x10000:
+				fmt.Fprintf(&b, `\u%04x`, r)
+			default:
+				fmt.Fprintf(&b, `\U%08x`, r)
+			}
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte(q)
+	return b.String()
+}
+
+// pyPrintable approximates Python's str.isprintable for one non-ASCII rune.
+func pyPrintable(r rune) bool {
+	if r == utf8.RuneError {
+		return true
+	}
+	if r >= 0x80 && r < 0xa0 || r == 0xad {
+		return false
+	}
+	if r == 0x2028 || r == 0x2029 || (r >= 0x200b && r <= 0x200f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2060 && r <= 0x2064) || r == 0xfeff {
+		return false
+	}
+	if r >= 0xd800 && r <= 0xdfff || r >= 0xe000 && r <= 0xf8ff {
+		return false
+	}
+	if r == 0x00a0 || r == 0x1680 || (r >= 0x2000 && r <= 0x200a) || r == 0x202f || r == 0x205f || r == 0x3000 {
+		return false
+	}
+	return true
+}
+
+// formatFloat is Python's repr(float): the shortest round-tripping digits,
+// positional between 1e-4 and 1e16, always with a decimal point or exponent.
+func formatFloat(f float64) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		return "nan"
+	}
+	e := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX
+	mant, expStr, _ := strings.Cut(e, "e")
+	exp, _ := strconv.Atoi(expStr)
+	neg := strings.HasPrefix(mant, "-")
+	mant = strings.TrimPrefix(mant, "-")
+	digits := strings.Replace(mant, ".", "", 1)
+	sign := ""
+	if neg {
+		sign = "-"
+	}
+	if exp < -4 || exp >= 16 {
+		m := digits[:1]
+		if len(digits) > 1 {
+			m += "." + digits[1:]
+		}
+		es := "+"
+		if exp < 0 {
+			es = "-"
+			exp = -exp
+		}
+		return fmt.Sprintf("%s%se%s%02d", sign, m, es, exp)
+	}
+	if exp < 0 {
+		return sign + "0." + strings.Repeat("0", -exp-1) + digits
+	}
+	if len(digits) <= exp+1 {
+		return sign + digits + strings.Repeat("0", exp+1-len(digits)) + ".0"
+	}
+	return sign + digits[:exp+1] + "." + digits[exp+1:]
+}
+
+// FromGo converts plain Go data (as encoding/json produces, or built by
+// hand) into engine values. Maps with string keys are ordered by key, since
+// Go maps have no order; use DecodeJSON to keep a document's order.
+func FromGo(v any) Value {
+	switch x := v.(type) {
+	case nil, bool, int64, float64, string, *List, Tuple, *Dict, *Undefined, *Namespace:
+		return x
+	case int:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case uint64:
+		return int64(x)
+	case float32:
+		return float64(x)
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n
+		}
+		f, _ := x.Float64()
+		return f
+	case []any:
+		l := &List{Items: make([]Value, len(x))}
+		for i, it := range x {
+			l.Items[i] = FromGo(it)
+		}
+		return l
+	case []string:
+		l := &List{Items: make([]Value, len(x))}
+		for i, it := range x {
+			l.Items[i] = it
+		}
+		return l
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		d := NewDict()
+		for _, k := range keys {
+			d.Set(k, FromGo(x[k]))
+		}
+		return d
+	default:
+		return fmt.Sprint(x)
+	}
+}

@@ -1,0 +1,60 @@
+package chattemplate
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+func TestDictKeepsInsertionOrderPastTheIndexThreshold(t *testing.T) {
+	d := NewDict()
+	const n = 3 * smallDict
+	for i := range n {
+		d.Set(fmt.Sprintf("k%02d", n-i), int64(i))
+	}
+	d.Set("k05", "updated")  // existing key keeps its place
+	d.Set(int64(7), "seven") // non-string keys
+	d.Set(true, "one")       // True == 1, a new key
+	d.Set(1.0, "one again")  // 1.0 == True: same key
+	d.Delete("k10")
+	if v, _ := d.Get("k05"); v != "updated" {
+		t.Errorf("k05 = %v", v)
+	}
+	if v, _ := d.Get(int64(1)); v != "one again" {
+		t.Errorf("d[1] = %v", v)
+	}
+	if _, ok := d.Get("k10"); ok {
+		t.Error("deleted key still present")
+	}
+	keys := d.Keys()
+	if len(keys) != n+1 || keys[0] != "k36" || keys[n-2] != "k01" || keys[n-1] != int64(7) || keys[n] != true {
+		t.Errorf("keys %v", keys)
+	}
+	c := d.Copy()
+	c.Set("new", 1)
+	if d.Len() == c.Len() {
+		t.Error("copy shares storage")
+	}
+	for i, k := range keys {
+		v, ok := d.Get(k)
+		if !ok || v != d.vals[i] {
+			t.Errorf("Get(%v) = %v, %v", k, v, ok)
+		}
+	}
+}
+
+func TestPythonFloatAndStringRepr(t *testing.T) {
+	for _, c := range []struct {
+		v    Value
+		want string
+	}{
+		{1.0, "1.0"}, {0.1, "0.1"}, {1e16, "1e+16"}, {1.5e-5, "1.5e-05"}, {123456789.0, "123456789.0"},
+		{math.Copysign(0, -1), "-0.0"}, {1e-4, "0.0001"}, {2.5e300, "2.5e+300"},
+		{"it's", `"it's"`}, {"a\"b'c", `'a"b\'c'`}, {"\x00é\u200b", `'\x00é\u200b'`},
+		{Tuple{int64(1)}, "(1,)"}, {&List{Items: []Value{nil, true}}, "[None, True]"},
+	} {
+		if got := reprValue(c.v); got != c.want {
+			t.Errorf("repr(%#v) = %s, want %s", c.v, got, c.want)
+		}
+	}
+}
