@@ -1,0 +1,106 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/kvroute/kvroute/internal/shareddata"
+)
+
+// tokenizerNames are the real tokenizers of shared/tokenizers/README.md.
+var tokenizerNames = []string{"qwen3", "llama3_1", "llama3", "deepseek_v3", "gemma3", "llama2", "gptoss", "gpt4o"}
+
+type goldenCase struct {
+	Text        string `json:"text"`
+	WithSpecial []int  `json:"with_special"`
+	NoSpecial   []int  `json:"no_special"`
+}
+
+var (
+	loadedMu sync.Mutex
+	loaded   = map[string]*Tokenizer{}
+)
+
+// loadTokenizer loads (once per test binary) a real tokenizer, raw: with
+// tokenizer.json's own post-processor, as the goldens were produced.
+func loadTokenizer(tb testing.TB, name string, raw bool) *Tokenizer {
+	tb.Helper()
+	dir := shareddata.TokenizerDir(tb, name)
+	key := fmt.Sprintf("%s/%v", name, raw)
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
+	if t, ok := loaded[key]; ok {
+		return t
+	}
+	t, err := LoadWithOptions(dir, Options{IgnoreClassRules: raw})
+	if err != nil {
+		tb.Fatalf("load %s: %v", name, err)
+	}
+	loaded[key] = t
+	return t
+}
+
+func readGolden(tb testing.TB, name string) []goldenCase {
+	var cases []goldenCase
+	if err := json.Unmarshal(shareddata.Read(tb, "tokenizers/golden/"+name+".json"), &cases); err != nil {
+		tb.Fatal(err)
+	}
+	var texts []string
+	if err := json.Unmarshal(shareddata.Read(tb, "tokenizers/cases.json"), &texts); err != nil {
+		tb.Fatal(err)
+	}
+	if len(texts) != len(cases) {
+		tb.Fatalf("golden %s has %d entries, cases.json %d", name, len(cases), len(texts))
+	}
+	for i := range texts {
+		if texts[i] != cases[i].Text {
+			tb.Fatalf("golden %s[%d] text differs from cases.json", name, i)
+		}
+	}
+	return cases
+}
+
+func TestEncodeMatchesGoldenIDs(t *testing.T) {
+	for _, name := range tokenizerNames {
+		t.Run(name, func(t *testing.T) {
+			tok := loadTokenizer(t, name, true)
+			fails := 0
+			for i, c := range readGolden(t, name) {
+				for _, special := range []bool{true, false} {
+					want := c.NoSpecial
+					if special {
+						want = c.WithSpecial
+					}
+					got := tok.Encode(c.Text, special)
+					if !slices.Equal(got, want) && fails < 5 {
+						fails++
+						t.Errorf("case %d special=%v %q:\n got %v\nwant %v", i, special, c.Text, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestEncodeMatchesChatGolden(t *testing.T) {
+	var convs []struct {
+		Model string `json:"model"`
+		Conv  string `json:"conv"`
+		Text  string `json:"text"`
+		IDs   []int  `json:"ids"`
+	}
+	if err := json.Unmarshal(shareddata.Read(t, "tokenizers/chat_golden.json"), &convs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range convs {
+		t.Run(c.Model+"/"+c.Conv, func(t *testing.T) {
+			tok := loadTokenizer(t, c.Model, false)
+			if got := tok.Encode(c.Text, false); !slices.Equal(got, c.IDs) {
+				t.Errorf("%q:\n got %v\nwant %v", c.Text, got, c.IDs)
+			}
+		})
+	}
+}
