@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/kvroute/kvroute/ingest"
+)
+
+// maxEventPayloadBytes bounds what `events decode` reads from stdin.
+const maxEventPayloadBytes = 64 << 20
+
+// runEvents implements `kvroute events decode`: it reads one raw vLLM
+// KVEventBatch payload (the third ZMQ frame) on stdin and prints it as JSON,
+// int hashes as exact integers and bytes hashes as hex strings.
+func runEvents(_ context.Context, args []string, io stdio) error {
+	usage := func() {
+		fmt.Fprintln(io.err, "usage: kvroute events decode [--hex] [--pretty] < payload")
+		fmt.Fprintln(io.err, "  payload: one msgpack KVEventBatch as vLLM publishes it (the third frame of [topic, seq, payload])")
+	}
+	if len(args) == 0 || args[0] != "decode" {
+		usage()
+		return errUsage
+	}
+	fs := flag.NewFlagSet("events decode", flag.ContinueOnError)
+	fs.SetOutput(io.err)
+	fs.Usage = usage
+	isHex := fs.Bool("hex", false, "stdin holds the payload as hex text (whitespace ignored)")
+	pretty := fs.Bool("pretty", false, "indent the JSON")
+	if err := fs.Parse(args[1:]); err != nil {
+		return errUsage
+	}
+	if fs.NArg() != 0 {
+		usage()
+		return errUsage
+	}
+	payload, err := readAllLimited(io.in, maxEventPayloadBytes)
+	if err != nil {
+		return fmt.Errorf("stdin: %w", err)
+	}
+	if *isHex {
+		payload, err = hex.DecodeString(string(bytes.Join(bytes.Fields(payload), nil)))
+		if err != nil {
+			return fmt.Errorf("stdin: --hex: %w", err)
+		}
+	}
+	batch, err := ingest.DecodeBatch(payload)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(io.out)
+	if *pretty {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(batch)
+}
+
+func readAllLimited(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("payload larger than %d bytes", limit)
+	}
+	return b, nil
+}

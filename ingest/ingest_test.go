@@ -1,0 +1,723 @@
+package ingest
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/vllmzmq"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// zmq4's PUB writer goroutine is never stopped by Close (zmq4 v0.17.0);
+		// it belongs to the test publishers, not to ingest.
+		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"),
+	)
+}
+
+// steps are scenario 1 of vllm_kv_events.json (sha256_cbor, PYTHONHASHSEED
+// "0", int hashes, block size 4): store prompt 101..108, store decode block
+// 109..112, store LoRA "sql-lora" + salt "tenant-a" 101..108, evict blocks 0
+// and 1 of the prompt, reset. The zmq frames of the vectors carry the first three.
+func steps(t testing.TB) [][]byte {
+	v := loadEventVectors(t)
+	sc := v.Scenarios[1]
+	if sc.Algo != "sha256_cbor" || !sc.IntHashes || sc.BlockSize != 4 {
+		t.Fatalf("unexpected scenario 1: %s int=%v bs=%d", sc.Algo, sc.IntHashes, sc.BlockSize)
+	}
+	var out [][]byte
+	for _, st := range sc.Steps {
+		out = append(out, unhex(t, st.PayloadHex))
+	}
+	return out
+}
+
+const (
+	stepPrompt = iota
+	stepDecode
+	stepLoRA
+	stepEvict
+	stepReset
+)
+
+var (
+	promptTokens = []uint32{101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112}
+	loraKeys     = blockhash.RequestKeys{LoRAName: "sql-lora", CacheSalt: "tenant-a"}
+)
+
+func seed(s string) *string { return &s }
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type replicaSpec struct {
+	name, events, replay, topic, address, metrics string
+	dp                                            int
+}
+
+func poolConfig(name, keys string, replicas ...replicaSpec) config.Pool {
+	p := config.Pool{Name: name, Models: []string{"m-" + name}, Keys: keys, BlockSize: 4,
+		Hash: config.Hash{Algorithm: "sha256_cbor", Seed: seed("0")}}
+	for i, r := range replicas {
+		if r.address == "" {
+			r.address = fmt.Sprintf("10.0.0.%d:8000", i+1)
+		}
+		p.Replicas = append(p.Replicas, config.Replica{Name: r.name, Address: r.address, Events: r.events, Replay: r.replay,
+			Topic: r.topic, Metrics: r.metrics, DataParallelSize: max(r.dp, 1)})
+	}
+	return p
+}
+
+func baseConfig(pools ...config.Pool) *config.Config {
+	return &config.Config{
+		Ingest: config.Ingest{QueueSize: 64, ReconnectMaxBackoff: config.Duration(200 * time.Millisecond),
+			ScrapeTimeout: config.Duration(time.Second)},
+		Pools: pools,
+	}
+}
+
+type harness struct {
+	t   *testing.T
+	ix  *index.Index
+	mgr *Manager
+	reg *prometheus.Registry
+}
+
+// start registers the config in a fresh index as `kvroute serve` does, runs
+// a Manager and stops it (waiting for every goroutine) at cleanup.
+func start(t *testing.T, cfg *config.Config, tweak ...func(*Manager)) *harness {
+	t.Helper()
+	ix := index.New(index.Options{})
+	for _, p := range cfg.Pools {
+		pid, err := ix.AddPool(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range p.Replicas {
+			for rank := range max(r.DataParallelSize, 1) {
+				if _, err := ix.AddReplica(pid, r.RankName(rank)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	reg := prometheus.NewRegistry()
+	mgr, err := New(Options{Config: cfg, Index: ix, Registerer: reg, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr.tuning.minBackoff = 10 * time.Millisecond
+	mgr.tuning.replayTimeout = 3 * time.Second
+	for _, f := range tweak {
+		f(mgr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return &harness{t: t, ix: ix, mgr: mgr, reg: reg}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *harness) rank(name string) *rankState {
+	for _, rs := range h.mgr.ranks {
+		if rs.name == name {
+			return rs
+		}
+	}
+	h.t.Fatalf("no rank %s", name)
+	return nil
+}
+
+func (h *harness) status(name string) rankStatus { return h.rank(name).st.get() }
+
+func (h *harness) counter(name string, labels ...string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				v, _ := label(m, labels[i])
+				if v != labels[i+1] {
+					continue metric
+				}
+			}
+			total += sampleValue(m)
+		}
+	}
+	return total
+}
+
+// held is how many contiguous blocks from block 0 replica `name` of the pool
+// holds for the key chain.
+func (h *harness) held(pool, name string, keys []uint64) int {
+	h.t.Helper()
+	pid, _ := h.ix.PoolByName(pool)
+	rs := h.rank(name)
+	bk := make([]index.BlockKey, len(keys))
+	for i, k := range keys {
+		bk[i] = index.BlockKey(k)
+	}
+	for _, m := range h.ix.LookupRoute(pid, bk, nil) {
+		if m.Replica == rs.r.ID {
+			return m.Blocks
+		}
+	}
+	return 0
+}
+
+// tokenKeys are the keys the request path computes (keys: tokens).
+func tokenKeys(t testing.TB, pool string, tokens []uint32, rk blockhash.RequestKeys) []uint64 {
+	k, err := blockhash.NewTokenKeyer(pool, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := blockhash.AppendKeys(k, nil, k.Root(), tokens, rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// engineKeys are vLLM's event keys for the tokens (keys: engine).
+func engineKeys(t testing.TB, seedStr string, tokens []uint32, rk blockhash.RequestKeys) []uint64 {
+	e, err := blockhash.NewEngine(blockhash.SHA256CBOR, &seedStr, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := blockhash.AppendEventKeys(e, nil, tokens, rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+func newPublisher(t *testing.T, topic string, bufferSteps int) *vllmzmq.Publisher {
+	t.Helper()
+	p, err := vllmzmq.NewPublisher("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", topic, bufferSteps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func waitSubscribed(t *testing.T, p *vllmzmq.Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.WaitSubscribed(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func publish(t *testing.T, p *vllmzmq.Publisher, payloads ...[]byte) {
+	t.Helper()
+	for _, pl := range payloads {
+		if _, err := p.Publish(pl); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCleanStreamStoresTheRequestPathsKeys(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "kv-events", 100)
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens,
+		replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint(), topic: "kv-events"})))
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt], st[stepDecode], st[stepLoRA])
+	waitFor(t, "3 batches", func() bool { return h.status("r0").Batches == 3 })
+
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})); got != 3 {
+		t.Errorf("prompt + decode block: %d blocks held, want 3", got)
+	}
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 2 {
+		t.Errorf("LoRA + salt prompt: %d blocks held, want 2", got)
+	}
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{CacheSalt: "other"})); got != 0 {
+		t.Errorf("another tenant's salt matched %d blocks", got)
+	}
+	s := h.status("r0")
+	if s.Gaps != 0 || s.Partial || s.Restarts != 0 || s.DecodeErrors != 0 || s.LastSeq != 2 {
+		t.Errorf("status %+v", s)
+	}
+	if h.counter(metricSelfCheck, "verdict", "match") < 2 || h.counter(metricSchemeMismatch) != 0 {
+		t.Errorf("self-check: match=%v mismatch=%v", h.counter(metricSelfCheck, "verdict", "match"), h.counter(metricSchemeMismatch))
+	}
+	if !h.mgr.Ready() {
+		t.Error("not ready with a connected stream")
+	}
+
+	// Evict the prompt's first two blocks, then reset the cache.
+	publish(t, pub, st[stepEvict])
+	waitFor(t, "evict", func() bool { return h.status("r0").Batches == 4 })
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})); got != 0 {
+		t.Errorf("after evicting block 0: %d contiguous blocks, want 0", got)
+	}
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 2 {
+		t.Errorf("evict touched the LoRA chain: %d", got)
+	}
+	publish(t, pub, st[stepReset])
+	waitFor(t, "reset", func() bool { return h.status("r0").Batches == 5 })
+	if st, _ := h.ix.Replica(h.rank("r0").r); st.Blocks != 0 {
+		t.Errorf("AllBlocksCleared left %d blocks", st.Blocks)
+	}
+}
+
+func TestEngineKeysAndSchemeMismatchMetric(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 100)
+	good := poolConfig("good", config.KeysEngine, replicaSpec{name: "r0", events: pub.Endpoint()})
+	bad := poolConfig("bad", config.KeysEngine, replicaSpec{name: "r1", events: pub.Endpoint(), address: "10.0.0.9:8000"})
+	bad.Hash.Seed = seed("1") // not the engine's PYTHONHASHSEED
+	bad.Models = []string{"other"}
+	h := start(t, baseConfig(good, bad))
+	waitFor(t, "both subscribed", func() bool { return h.rank("r0").connected.Load() && h.rank("r1").connected.Load() })
+	waitSubscribed(t, pub)
+	time.Sleep(50 * time.Millisecond) // both subscriptions reach the PUB
+	publish(t, pub, st[stepPrompt], st[stepDecode], st[stepLoRA])
+	waitFor(t, "both applied", func() bool { return h.status("r0").Batches == 3 && h.status("r1").Batches == 3 })
+
+	if got := h.held("good", "r0", engineKeys(t, "0", promptTokens, blockhash.RequestKeys{})); got != 3 {
+		t.Errorf("engine keys: %d blocks held, want 3", got)
+	}
+	if got := h.held("good", "r0", engineKeys(t, "0", promptTokens[:8], loraKeys)); got != 2 {
+		t.Errorf("engine keys with LoRA + salt: %d blocks held, want 2", got)
+	}
+	if m := h.counter(metricSchemeMismatch, "pool", "bad"); m < 1 {
+		t.Errorf("%s{pool=bad} = %v, want ≥ 1", metricSchemeMismatch, m)
+	}
+	if m := h.counter(metricSchemeMismatch, "pool", "good"); m != 0 {
+		t.Errorf("%s{pool=good} = %v, want 0", metricSchemeMismatch, m)
+	}
+}
+
+func TestReplayFillsSequenceGap(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy_replay_layout=%v", legacy), func(t *testing.T) {
+			st := steps(t)
+			pub := newPublisher(t, "kv-events", 100)
+			pub.SetLegacyReplay(legacy)
+			h := start(t, baseConfig(poolConfig("p", config.KeysTokens,
+				replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint(), topic: "kv"})))
+			waitSubscribed(t, pub)
+			waitFor(t, "first-contact replay", func() bool { return h.status("r0").Replays >= 1 })
+			publish(t, pub, st[stepPrompt])
+			pub.Skip(st[stepDecode]) // lost on the way: seq 1
+			publish(t, pub, st[stepLoRA])
+			waitFor(t, "gap filled", func() bool { return h.status("r0").LastSeq == 2 && h.status("r0").Batches == 3 })
+			s := h.status("r0")
+			if s.Gaps != 1 || s.Partial || s.ReplaysPartial != 0 {
+				t.Errorf("status %+v", s)
+			}
+			if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})); got != 3 {
+				t.Errorf("decode block from replay: %d blocks held, want 3", got)
+			}
+			if h.counter(metricReplays, "outcome", "succeeded") < 2 {
+				t.Errorf("replays succeeded = %v", h.counter(metricReplays, "outcome", "succeeded"))
+			}
+		})
+	}
+}
+
+func TestReplayBufferTooShortMarksPartial(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 2)
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens,
+		replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
+	waitSubscribed(t, pub)
+	waitFor(t, "first-contact replay", func() bool { return h.status("r0").Replays >= 1 })
+	publish(t, pub, st[stepPrompt])
+	waitFor(t, "seq 0", func() bool { return h.status("r0").Batches == 1 })
+	pub.Skip(st[stepDecode]) // seq 1, pushed out of the 2-batch buffer by seq 3
+	pub.Skip(st[stepLoRA])   // seq 2
+	publish(t, pub, st[stepEvict])
+	waitFor(t, "seq 3", func() bool { return h.status("r0").LastSeq == 3 })
+	s := h.status("r0")
+	if !s.Partial || s.ReplaysPartial != 1 || s.Gaps != 1 {
+		t.Errorf("status %+v, want partial after one short replay", s)
+	}
+	if h.counter(metricReplays, "outcome", "partial") != 1 {
+		t.Errorf("partial replays = %v", h.counter(metricReplays, "outcome", "partial"))
+	}
+	// seq 2 (the LoRA chain) came from the replay.
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 2 {
+		t.Errorf("LoRA chain from replay: %d blocks", got)
+	}
+}
+
+func TestGapWithoutReplayIsCountedAndStreamGoesOn(t *testing.T) {
+	st := steps(t)
+	pub, err := vllmzmq.NewPublisher("tcp://127.0.0.1:0", "", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint()})))
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt])
+	pub.Skip(st[stepDecode])
+	publish(t, pub, st[stepLoRA])
+	waitFor(t, "seq 2", func() bool { return h.status("r0").LastSeq == 2 })
+	s := h.status("r0")
+	if s.Gaps != 1 || !s.Partial || s.Replays != 0 || s.Batches != 2 {
+		t.Errorf("status %+v", s)
+	}
+}
+
+func TestRestartedPublisherClearsReplica(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 100)
+	ep, rep := pub.Endpoint(), pub.ReplayEndpoint()
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: ep, replay: rep})))
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt], st[stepDecode])
+	waitFor(t, "seq 1", func() bool { return h.status("r0").LastSeq == 1 })
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})); got != 3 {
+		t.Fatalf("before restart: %d blocks", got)
+	}
+
+	// The engine process restarts on the same ports: seq starts at 0 again.
+	pub.Close()
+	waitFor(t, "disconnect seen", func() bool { return !h.rank("r0").connected.Load() })
+	pub2, err := vllmzmq.NewPublisher(ep, rep, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub2.Close() })
+	waitSubscribed(t, pub2)
+	publish(t, pub2, st[stepLoRA])
+	waitFor(t, "restart handled", func() bool { return h.status("r0").Restarts == 1 && h.status("r0").LastSeq == 0 })
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})); got != 0 {
+		t.Errorf("old process's blocks survived the restart: %d", got)
+	}
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 2 {
+		t.Errorf("new process's blocks: %d, want 2", got)
+	}
+	if h.counter(metricRestarts) != 1 {
+		t.Errorf("restarts metric %v", h.counter(metricRestarts))
+	}
+}
+
+func TestUnknownEventTypeSkippedAndGarbageDropped(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 100)
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
+	waitSubscribed(t, pub)
+	unknown := enc(t, []any{1767225600.25, []any{kv{"type", "BlockPinned", "block_hashes", []any{1}}}, 0})
+	publish(t, pub, unknown, []byte("\x93garbage"), st[stepPrompt])
+	waitFor(t, "seq 2", func() bool { return h.status("r0").LastSeq == 2 })
+	s := h.status("r0")
+	if s.DecodeErrors != 1 || s.Batches != 2 || s.Gaps != 0 {
+		t.Errorf("status %+v", s)
+	}
+	if h.counter(metricEvents, "type", evUnknown) != 1 || h.counter(metricDecodeErrors) != 1 {
+		t.Errorf("unknown=%v decode_errors=%v", h.counter(metricEvents, "type", evUnknown), h.counter(metricDecodeErrors))
+	}
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})); got != 2 {
+		t.Errorf("valid batch after garbage: %d blocks", got)
+	}
+}
+
+// freePortPair finds a port P on 127.0.0.1 with P+1 also free.
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		l1, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l1.Addr().(*net.TCPAddr).Port
+		l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
+		l1.Close()
+		if err == nil {
+			l2.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port pair")
+	return 0
+}
+
+func TestDataParallelRankOneListensOnPortPlusOne(t *testing.T) {
+	st := steps(t)
+	ev, rp := freePortPair(t), freePortPair(t)
+	var pubs []*vllmzmq.Publisher
+	for rank := range 2 {
+		p, err := vllmzmq.NewPublisher(fmt.Sprintf("tcp://127.0.0.1:%d", ev+rank), fmt.Sprintf("tcp://127.0.0.1:%d", rp+rank), "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		pubs = append(pubs, p)
+	}
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "dp", dp: 2,
+		events: fmt.Sprintf("tcp://127.0.0.1:%d", ev), replay: fmt.Sprintf("tcp://127.0.0.1:%d", rp)})))
+	if got := h.rank("dp/dp1").events; got != fmt.Sprintf("tcp://127.0.0.1:%d", ev+1) {
+		t.Fatalf("rank 1 events endpoint %s", got)
+	}
+	for _, p := range pubs {
+		waitSubscribed(t, p)
+	}
+	publish(t, pubs[1], st[stepPrompt])
+	publish(t, pubs[0], st[stepLoRA])
+	waitFor(t, "both ranks", func() bool { return h.status("dp/dp1").Batches == 1 && h.status("dp/dp0").Batches == 1 })
+	keys := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
+	if h.held("p", "dp/dp1", keys) != 2 || h.held("p", "dp/dp0", keys) != 0 {
+		t.Errorf("prompt blocks: dp1=%d dp0=%d, want 2 and 0", h.held("p", "dp/dp1", keys), h.held("p", "dp/dp0", keys))
+	}
+	if h.held("p", "dp/dp0", tokenKeys(t, "p", promptTokens[:8], loraKeys)) != 2 {
+		t.Error("rank 0 lost its own blocks")
+	}
+}
+
+func TestSlowIndexFillsBoundedQueueAndReplayRecovers(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 100)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()}))
+	cfg.Ingest.QueueSize = 2
+	gate := make(chan struct{})
+	var blocked sync.Once
+	slow := func() {
+		blocked.Do(func() { <-gate })
+	}
+	h := start(t, cfg, func(m *Manager) { m.tuning.beforeApply = slow })
+	waitSubscribed(t, pub)
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+	// The first batch blocks the applier (a slow index write); the next
+	// ones fill the queue of 2 and then overflow it.
+	publish(t, pub, st[stepPrompt], st[stepDecode], st[stepLoRA], st[stepDecode], st[stepLoRA], st[stepDecode])
+	waitFor(t, "queue drops", func() bool { return h.status("r0").QueueDrops >= 1 })
+	close(gate)
+	waitFor(t, "all 6 applied", func() bool { return h.status("r0").LastSeq == 5 })
+	s := h.status("r0")
+	if s.Partial || s.Replays < 2 {
+		t.Errorf("status %+v: want the drops recovered by replay", s)
+	}
+	if h.counter(metricQueueDrops) < 1 {
+		t.Error("queue drops not counted")
+	}
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})); got != 3 {
+		t.Errorf("%d blocks after recovery, want 3", got)
+	}
+}
+
+func TestBindModeTellsEnginesApartByTopic(t *testing.T) {
+	st := steps(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := "tcp://" + l.Addr().String()
+	l.Close()
+	cfg := baseConfig(poolConfig("p", config.KeysTokens,
+		replicaSpec{name: "a", topic: "engine-a"},
+		replicaSpec{name: "b", topic: "unused", address: "10.1.2.3:8000"}))
+	cfg.Ingest.Bind = bind
+	h := start(t, cfg)
+	dial := func(topic string) *vllmzmq.Publisher {
+		var p *vllmzmq.Publisher
+		waitFor(t, "dial "+topic, func() bool {
+			p, err = vllmzmq.DialPublisher(bind, "", topic, 10)
+			return err == nil
+		})
+		t.Cleanup(func() { p.Close() })
+		waitSubscribed(t, p)
+		return p
+	}
+	pa, pb, px := dial("engine-a"), dial("kv@10.1.2.3:8000@m-p"), dial("kv@10.9.9.9:8000@m-p")
+	publish(t, pa, st[stepPrompt])
+	publish(t, pb, st[stepLoRA])
+	publish(t, px, st[stepPrompt])
+	waitFor(t, "both engines", func() bool { return h.status("a").Batches == 1 && h.status("b").Batches == 1 })
+	waitFor(t, "unknown topic counted", func() bool { return h.counter(metricUnknownTopic) == 1 })
+	if h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})) != 2 ||
+		h.held("p", "b", tokenKeys(t, "p", promptTokens[:8], loraKeys)) != 2 ||
+		h.held("p", "b", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})) != 0 {
+		t.Error("blocks landed on the wrong replica")
+	}
+}
+
+// TestPublisherReplayMatchesVLLMFrames checks the test publisher against the
+// frames captured from vLLM's ZmqEventPublisher, so the socket tests above
+// exercise vLLM's real wire behaviour.
+func TestPublisherReplayMatchesVLLMFrames(t *testing.T) {
+	v := loadEventVectors(t)
+	pub := newPublisher(t, v.ZMQ.Topic, 100)
+	for _, f := range v.ZMQ.Live {
+		pub.Skip(unhex(t, f[2]))
+	}
+	ask := func(start []byte) [][]string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d := zmq4.NewDealer(ctx)
+		defer d.Close()
+		if err := d.Dial(pub.ReplayEndpoint()); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Send(zmq4.NewMsgFrom([]byte{}, start)); err != nil {
+			t.Fatal(err)
+		}
+		var got [][]string
+		for {
+			msg, err := d.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fr []string
+			for _, f := range msg.Frames {
+				fr = append(fr, hex.EncodeToString(f))
+			}
+			got = append(got, fr)
+			if strings.Contains(strings.Join(fr, ","), "ffffffffffffffff") {
+				return got
+			}
+		}
+	}
+	req := v.ZMQ.ReplayRequest
+	if got, want := ask(unhex(t, req[1])), v.ZMQ.ReplayResponse; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("replay from 1:\n got %v\nwant %v", got, want)
+	}
+	if got, want := ask(unhex(t, "0000000000000063")), v.ZMQ.Replay99; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("replay from 99:\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestDebugHandlerAndReplicaRemovedFromConfig(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 100)
+	cfg := baseConfig(poolConfig("p", config.KeysEngine, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()}))
+	// An index that still holds a replica the config no longer names.
+	ix := index.New(index.Options{})
+	pid, _ := ix.AddPool("p")
+	r0, _ := ix.AddReplica(pid, "r0")
+	gone, _ := ix.AddReplica(pid, "gone")
+	ix.Store(gone, []index.BlockKey{1, 2, 3}, index.TierGPU)
+	mgr, err := New(Options{Config: cfg, Index: ix, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := ix.Replica(gone); s.Blocks != 0 {
+		t.Errorf("replica removed from config still holds %d blocks", s.Blocks)
+	}
+	if mgr.Ready() {
+		t.Error("ready before any stream or load")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { mgr.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt])
+	waitFor(t, "applied", func() bool { s, _ := ix.Replica(r0); return s.Blocks == 2 })
+
+	srv := httptest.NewServer(mgr.DebugHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/debug/replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Replicas []ReplicaStatus `json:"replicas"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body.Replicas) != 1 {
+		t.Fatalf("replicas %+v", body.Replicas)
+	}
+	r := body.Replicas[0]
+	if r.Replica != "r0" || !r.Connected || r.LastSeq == nil || *r.LastSeq != 0 || r.BlocksHeld != 2 || r.PoolBlockSize != 4 {
+		t.Errorf("debug view %+v", r)
+	}
+	if !mgr.Ready() {
+		t.Error("not ready with a live stream")
+	}
+}
+
+func TestNewRejectsUnregisteredReplicasAndIPCWithRanks(t *testing.T) {
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: "tcp://127.0.0.1:1"}))
+	if _, err := New(Options{Config: cfg, Index: index.New(index.Options{})}); err == nil {
+		t.Error("pool missing from the index accepted")
+	}
+	if _, err := offsetEndpoint("ipc:///tmp/kv", 1); err == nil {
+		t.Error("ipc endpoint with DP rank 1 accepted")
+	}
+	if got, _ := offsetEndpoint("inproc://cache", 3); got != "inproc://cache_dp3" {
+		t.Errorf("inproc offset %s", got)
+	}
+}
+
+func TestTopicConvention(t *testing.T) {
+	cases := []struct {
+		topic, replicaAddr string
+		want               bool
+	}{
+		{"kv@10.0.0.1:8000@llama", "10.0.0.1:8000", true},
+		{"kv@10.0.0.1:8000@llama", "10.0.0.1:8001", false},
+		{"kv@10.0.0.1@llama", "10.0.0.1:8000", true},
+		{"kv@[fd00::1]:8000@m", "[fd00::1]:8000", true},
+		{"kv@fd00::1@m", "[fd00::1]:8000", true},
+		{"events", "10.0.0.1:8000", false},
+	}
+	for _, c := range cases {
+		addr, _, ok := topicAddress(c.topic)
+		if got := ok && addressMatches(c.replicaAddr, addr); got != c.want {
+			t.Errorf("%s vs %s: %v, want %v", c.topic, c.replicaAddr, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package ingest
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are ingest's Prometheus series. Labels are bounded: pool and
+// replica rank names come from the config, the rest are fixed enums.
+type metrics struct {
+	batches        *prometheus.CounterVec // pool, replica, source=live|replay
+	events         *prometheus.CounterVec // pool, replica, type
+	blocks         *prometheus.CounterVec // pool, replica, op=stored|removed
+	decodeErrors   *prometheus.CounterVec // pool, replica
+	gaps           *prometheus.CounterVec // pool, replica
+	replays        *prometheus.CounterVec // pool, replica, outcome
+	restarts       *prometheus.CounterVec // pool, replica
+	queueDrops     *prometheus.CounterVec // pool, replica
+	parentUnknown  *prometheus.CounterVec // pool, replica
+	connected      *prometheus.GaugeVec   // pool, replica
+	lastSeq        *prometheus.GaugeVec   // pool, replica
+	lag            *prometheus.GaugeVec   // pool, replica
+	unknownTopic   prometheus.Counter
+	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error
+	hitRate        *prometheus.GaugeVec   // pool, replica
+	configMismatch *prometheus.CounterVec // pool, replica, field=block_size|hash_algorithm
+	selfCheck      *prometheus.CounterVec // pool, verdict
+	schemeMismatch *prometheus.CounterVec // pool
+}
+
+// Event-type label values of kvroute_ingest_events_total.
+const (
+	evStored           = "block_stored"
+	evRemoved          = "block_removed"
+	evCleared          = "all_blocks_cleared"
+	evUnknown          = "unknown"
+	evSkippedGroup     = "skipped_group"      // sliding-window/mamba/... group
+	evSkippedBlockSize = "skipped_block_size" // event block size is not the pool's
+	evSkippedNoTokens  = "skipped_no_tokens"  // tokens mode: token_ids do not cover the hashes
+	evSkippedRemove    = "skipped_remove"     // tokens mode: BlockRemoved of a hash never stored
+)
+
+// Replay outcomes of kvroute_ingest_replays_total.
+const (
+	replayRequested = "requested"
+	replaySucceeded = "succeeded"
+	replayPartial   = "partial"
+	replayFailed    = "failed"
+)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	rl := []string{"pool", "replica"}
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, append(append([]string{}, rl...), labels...))
+	}
+	gv := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, rl)
+	}
+	m := &metrics{
+		batches:        cv(metricBatches, "KV-event batches applied, by source (live or replay).", "source"),
+		events:         cv(metricEvents, "KV events seen, by type (and the reasons one was skipped).", "type"),
+		blocks:         cv(metricBlocks, "Blocks written to the index from KV events, by op.", "op"),
+		decodeErrors:   cv(metricDecodeErrors, "KV-event batches dropped as malformed (bad frames or msgpack)."),
+		gaps:           cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
+		replays:        cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
+		restarts:       cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
+		queueDrops:     cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
+		parentUnknown:  cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
+		connected:      gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
+		lastSeq:        gv(metricLastSeq, "Last applied KV-event sequence number."),
+		lag:            gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
+		unknownTopic:   prometheus.NewCounter(prometheus.CounterOpts{Name: metricUnknownTopic, Help: "Batches dropped in bind mode because their topic names no configured replica."}),
+		scrapes:        cv(metricScrapes, "/metrics scrapes of replicas, by outcome.", "outcome"),
+		hitRate:        gv(metricHitRate, "Replica prefix-cache hit rate (tokens) between the last two scrapes."),
+		configMismatch: cv(metricConfigMismatch, "Scrapes whose vllm:cache_config_info disagrees with the pool config.", "field"),
+		selfCheck:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricSelfCheck, Help: "Block-hash self-checks of BlockStored runs from block 0, by verdict."}, []string{"pool", "verdict"}),
+		schemeMismatch: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricSchemeMismatch, Help: "BlockStored runs whose engine hashes the configured algorithm/seed/block size does not reproduce."}, []string{"pool"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
+			m.parentUnknown, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.scrapes, m.hitRate, m.configMismatch,
+			m.selfCheck, m.schemeMismatch)
+	}
+	return m
+}
+
+// rankMetrics are one replica rank's series, resolved once.
+type rankMetrics struct {
+	live, replayed                      prometheus.Counter
+	stored, removed, cleared, unknown   prometheus.Counter
+	skipGroup, skipBS, skipTok, skipRem prometheus.Counter
+	blocksStored, blocksRemoved         prometheus.Counter
+	decodeErrors, gaps, restarts, drops prometheus.Counter
+	parentUnknown                       prometheus.Counter
+	replayReq, replayOK, replayPartial  prometheus.Counter
+	replayFailed                        prometheus.Counter
+	connected, lastSeq, lag, hitRate    prometheus.Gauge
+	scrapeOK, scrapeErr                 prometheus.Counter
+	mismatchBS, mismatchAlgo            prometheus.Counter
+}
+
+func (m *metrics) forRank(pool, replica string) *rankMetrics {
+	l := prometheus.Labels{"pool": pool, "replica": replica}
+	with := func(v *prometheus.CounterVec, extra ...string) prometheus.Counter {
+		labels := prometheus.Labels{"pool": pool, "replica": replica}
+		for i := 0; i+1 < len(extra); i += 2 {
+			labels[extra[i]] = extra[i+1]
+		}
+		return v.With(labels)
+	}
+	return &rankMetrics{
+		live: with(m.batches, "source", "live"), replayed: with(m.batches, "source", "replay"),
+		stored: with(m.events, "type", evStored), removed: with(m.events, "type", evRemoved),
+		cleared: with(m.events, "type", evCleared), unknown: with(m.events, "type", evUnknown),
+		skipGroup: with(m.events, "type", evSkippedGroup), skipBS: with(m.events, "type", evSkippedBlockSize),
+		skipTok: with(m.events, "type", evSkippedNoTokens), skipRem: with(m.events, "type", evSkippedRemove),
+		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
+		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
+		parentUnknown: with(m.parentUnknown),
+		replayReq:     with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
+		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),
+		connected: m.connected.With(l), lastSeq: m.lastSeq.With(l), lag: m.lag.With(l), hitRate: m.hitRate.With(l),
+		scrapeOK: with(m.scrapes, "outcome", "ok"), scrapeErr: with(m.scrapes, "outcome", "error"),
+		mismatchBS: with(m.configMismatch, "field", "block_size"), mismatchAlgo: with(m.configMismatch, "field", "hash_algorithm"),
+	}
+}

@@ -1,0 +1,268 @@
+package ingest
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/index"
+)
+
+// rankState is one replica rank: one publisher's stream. Its socket reader
+// (or the bind-mode reader) only enqueues; its applier goroutine owns the
+// sequence state, the decoder and the key map, and does every index write.
+type rankState struct {
+	mgr    *Manager
+	pool   *poolState
+	cfg    *config.Replica
+	rank   int
+	name   string
+	r      index.Replica
+	events string // connect mode: this rank's PUB endpoint
+	replay string // this rank's ROUTER endpoint, "" without replay
+	met    *rankMetrics
+
+	queue       chan liveBatch
+	wake        chan struct{}
+	resync      atomic.Bool // a new connection: replay what was missed
+	dropPending atomic.Bool // the reader dropped a batch on a full queue
+	connected   atomic.Bool
+
+	// Applier-owned.
+	dec        *Decoder
+	batch      EventBatch
+	seq        seqState
+	keys       *keyMap
+	keysBuf    []index.BlockKey
+	groupKinds map[int]bool // group_idx → applied (prefix-keeping kind)
+	checks     int
+
+	st statusBox
+}
+
+// liveBatch is one message as read from the socket.
+type liveBatch struct {
+	topic   string
+	seq     uint64
+	payload []byte
+}
+
+// seqState tracks one publisher's sequence numbers (VLLM.md §4.2: 0,1,2…
+// per publisher, reset by a restart).
+type seqState struct {
+	have        bool   // last is valid
+	last        uint64 // last applied seq
+	haveLive    bool   // live is valid (reset on every new connection)
+	live        uint64 // last seq seen live on the current connection
+	haveReplay  bool
+	replayStart uint64 // start of the last replay: live seqs in [replayStart, last] are duplicates
+	haveTopic   bool
+	topic       string
+	initialDone bool // the first-contact replay was tried
+}
+
+// enqueue hands a live message to the applier without ever blocking: a full
+// queue drops it, counts it, and leaves the gap for replay to fill.
+func (rs *rankState) enqueue(b liveBatch) {
+	select {
+	case rs.queue <- b:
+	default:
+		rs.met.drops.Inc()
+		rs.st.update(func(s *rankStatus) { s.QueueDrops++ })
+		rs.dropPending.Store(true)
+	}
+}
+
+func (rs *rankState) poke() {
+	select {
+	case rs.wake <- struct{}{}:
+	default:
+	}
+}
+
+// applyLoop is the rank's applier.
+func (rs *rankState) applyLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-rs.queue:
+			if rs.resync.Swap(false) {
+				rs.onConnect(ctx)
+			}
+			rs.handleLive(ctx, b)
+		case <-rs.wake:
+			if rs.resync.Swap(false) {
+				rs.onConnect(ctx)
+			}
+		}
+		if len(rs.queue) == 0 && rs.dropPending.Swap(false) && rs.seq.have && rs.replay != "" {
+			// The dropped batch may have been the last one for a while:
+			// fetch it now rather than at the next message.
+			rs.replayFrom(ctx, rs.seq.last+1, 0)
+		}
+	}
+}
+
+// onConnect runs when the reader (re)connected: replay what was published
+// while we were away (all of the buffer on first contact).
+func (rs *rankState) onConnect(ctx context.Context) {
+	rs.seq.haveLive = false
+	if rs.replay == "" {
+		return
+	}
+	rs.seq.initialDone = true
+	start := uint64(0)
+	if rs.seq.have {
+		start = rs.seq.last + 1
+	}
+	rs.replayFrom(ctx, start, 0)
+}
+
+// handleLive applies one live batch in sequence, replaying gaps and
+// detecting restarts.
+func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
+	s := &rs.seq
+	if s.haveTopic && b.topic != s.topic {
+		rs.mgr.log.Warn("ingest: publisher topic changed; treating as a restart", "pool", rs.pool.cfg.Name, "replica", rs.name)
+		rs.restart(ctx, b.seq)
+	}
+	s.topic, s.haveTopic = b.topic, true
+	if !s.have && !s.initialDone && rs.replay != "" {
+		// First contact (bind mode has no connect signal): fetch the buffer.
+		s.initialDone = true
+		rs.replayFrom(ctx, 0, 0)
+	}
+	switch {
+	case s.haveLive && b.seq <= s.live:
+		rs.restart(ctx, b.seq)
+	case s.have && b.seq <= s.last:
+		if s.haveReplay && b.seq >= s.replayStart {
+			s.live, s.haveLive = b.seq, true
+			return // already applied by a replay
+		}
+		rs.restart(ctx, b.seq)
+	}
+	if s.have && b.seq <= s.last {
+		s.live, s.haveLive = b.seq, true
+		return // the restart's replay covered it
+	}
+	s.live, s.haveLive = b.seq, true
+	if s.have && b.seq > s.last+1 {
+		rs.met.gaps.Inc()
+		rs.st.update(func(st *rankStatus) { st.Gaps++ })
+		if rs.replay != "" {
+			rs.replayFrom(ctx, s.last+1, b.seq)
+			if b.seq <= s.last {
+				return
+			}
+		}
+		if b.seq > s.last+1 {
+			rs.st.update(func(st *rankStatus) { st.Partial = true })
+		}
+	}
+	rs.applyPayload(b.seq, b.payload, false)
+}
+
+// restart handles a publisher that started over: forget the replica's
+// blocks and sequence, then resync from the new stream's beginning.
+func (rs *rankState) restart(ctx context.Context, seq uint64) {
+	rs.met.restarts.Inc()
+	rs.mgr.log.Info("ingest: publisher restarted; clearing replica", "pool", rs.pool.cfg.Name, "replica", rs.name, "seq", seq, "last_seq", rs.seq.last)
+	rs.clear()
+	rs.st.update(func(st *rankStatus) { st.Restarts++; st.Partial = false })
+	topic, haveTopic := rs.seq.topic, rs.seq.haveTopic
+	rs.seq = seqState{topic: topic, haveTopic: haveTopic, initialDone: true}
+	if rs.replay != "" && seq > 0 {
+		rs.replayFrom(ctx, 0, seq)
+	}
+}
+
+// clear drops everything the replica holds in the index and the key map.
+func (rs *rankState) clear() {
+	rs.mgr.ix.Clear(rs.r)
+	rs.keys.reset()
+	clear(rs.groupKinds)
+}
+
+// replayFrom fetches buffered batches from start on and applies the new ones
+// in order. expectUpTo > start means seqs [start, expectUpTo) are known to
+// exist (a gap before live seq expectUpTo). When the first batch replayed is
+// not start, the buffer no longer had it: the replica's index is partial.
+func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) {
+	s := &rs.seq
+	rs.met.replayReq.Inc()
+	s.replayStart, s.haveReplay = start, true
+	partial, n := false, 0
+	err := rs.mgr.fetchReplay(ctx, rs.replay, start, func(seq uint64, payload []byte) {
+		if n == 0 && seq != start {
+			partial = true // the buffer no longer holds start
+		}
+		n++
+		if s.have && seq <= s.last {
+			return
+		}
+		if s.have && seq > s.last+1 {
+			partial = true
+		}
+		rs.applyPayload(seq, payload, true)
+	})
+	if n == 0 && expectUpTo > start {
+		partial = true
+	}
+	switch {
+	case err != nil:
+		rs.met.replayFailed.Inc()
+		rs.mgr.log.Warn("ingest: replay failed", "pool", rs.pool.cfg.Name, "replica", rs.name, "start_seq", start, "err", err)
+		rs.st.update(func(st *rankStatus) {
+			st.Replays++
+			st.Partial = true
+			st.setError(rs.mgr.now(), "replay: "+err.Error())
+		})
+	case partial:
+		rs.met.replayPartial.Inc()
+		rs.st.update(func(st *rankStatus) { st.Replays++; st.ReplaysPartial++; st.Partial = true })
+	default:
+		rs.met.replayOK.Inc()
+		rs.st.update(func(st *rankStatus) { st.Replays++ })
+	}
+}
+
+// applyPayload decodes one batch and applies it; the seq counts as consumed
+// even when the payload is malformed (it is dropped and counted, never
+// partly written).
+func (rs *rankState) applyPayload(seq uint64, payload []byte, replayed bool) {
+	if h := rs.mgr.tuning.beforeApply; h != nil {
+		h()
+	}
+	s := &rs.seq
+	s.last, s.have = seq, true
+	rs.met.lastSeq.Set(float64(seq))
+	now := rs.mgr.now()
+	if err := rs.dec.Decode(payload, &rs.batch); err != nil {
+		rs.met.decodeErrors.Inc()
+		rs.st.update(func(st *rankStatus) {
+			st.DecodeErrors++
+			st.LastSeq, st.HasSeq = seq, true
+			st.setError(now, err.Error())
+		})
+		return
+	}
+	for i := range rs.batch.Events {
+		rs.applyEvent(&rs.batch.Events[i])
+	}
+	if replayed {
+		rs.met.replayed.Inc()
+	} else {
+		rs.met.live.Inc()
+	}
+	lag := now.Sub(time.Unix(0, int64(rs.batch.TS*1e9))).Seconds()
+	rs.met.lag.Set(lag)
+	rs.st.update(func(st *rankStatus) {
+		st.Batches++
+		st.LastSeq, st.HasSeq = seq, true
+		st.LastBatchAt = now
+		st.LagSeconds = lag
+	})
+}

@@ -1,0 +1,165 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/index"
+)
+
+// vllmMetrics renders a /metrics page the way vLLM's prometheus_client
+// exposes it (counters with _total, per-engine labels), for two DP engines.
+func vllmMetrics(queries, hits float64, blockSize int, algo string) string {
+	return fmt.Sprintf(`# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m-p"} 3.0
+vllm:num_requests_running{engine="1",model_name="m-p"} 5.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m-p"} 1.0
+vllm:num_requests_waiting{engine="1",model_name="m-p"} 0.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m-p"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m-p"} 0.5
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m-p"} %g
+vllm:prefix_cache_queries_total{engine="1",model_name="m-p"} 0.0
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m-p"} %g
+vllm:prefix_cache_hits_total{engine="1",model_name="m-p"} 0.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="%d",cache_dtype="auto",enable_prefix_caching="True",engine="0",prefix_caching_hash_algo="%s"} 1.0
+`, queries, hits, blockSize, algo)
+}
+
+const oldVLLMMetrics = `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="other-name"} 2
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="other-name"} 7
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="other-name"} 0.75
+`
+
+func newScrapeManager(t *testing.T, pool config.Pool) (*Manager, *index.Index, *prometheus.Registry) {
+	t.Helper()
+	cfg := baseConfig(pool)
+	cfg.Ingest.ScrapeInterval = config.Duration(10 * time.Millisecond)
+	ix := index.New(index.Options{})
+	pid, _ := ix.AddPool(pool.Name)
+	for _, r := range pool.Replicas {
+		for rank := range r.DataParallelSize {
+			ix.AddReplica(pid, r.RankName(rank))
+		}
+	}
+	reg := prometheus.NewRegistry()
+	now := time.Unix(1767225600, 0)
+	m, err := New(Options{Config: cfg, Index: ix, Registerer: reg, Logger: quietLog, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, ix, reg
+}
+
+func TestScraperReadsLoadPerEngineAndHitRate(t *testing.T) {
+	var body atomic.Value
+	body.Store(vllmMetrics(100, 50, 16, "xxhash"))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, body.Load().(string))
+	}))
+	defer srv.Close()
+	pool := poolConfig("p", config.KeysEngine, replicaSpec{name: "s", dp: 2, metrics: srv.URL + "/metrics"})
+	m, ix, reg := newScrapeManager(t, pool)
+	h := &harness{t: t, ix: ix, mgr: m, reg: reg}
+	scs := m.scrapers()
+	if len(scs) != 1 || len(scs[0].ranks) != 2 {
+		t.Fatalf("scrapers %+v", scs)
+	}
+	ctx := context.Background()
+	scs[0].scrape(ctx)
+	for rank, want := range []index.Load{{Running: 3, Waiting: 1, KVUsage: 0.25}, {Running: 5, Waiting: 0, KVUsage: 0.5}} {
+		st, _ := ix.Replica(h.rank(fmt.Sprintf("s/dp%d", rank)).r)
+		if st.Load != want || st.LoadAt.IsZero() || !st.Healthy {
+			t.Errorf("rank %d: %+v, want %+v", rank, st, want)
+		}
+	}
+	// Second scrape: +100 queries, +80 hits → 0.8. Third: counters reset.
+	body.Store(vllmMetrics(200, 130, 16, "xxhash"))
+	scs[0].scrape(ctx)
+	if s := h.status("s/dp0"); !s.HasHitRate || s.HitRate != 0.8 {
+		t.Errorf("hit rate %+v, want 0.8", s)
+	}
+	body.Store(vllmMetrics(10, 9, 16, "xxhash"))
+	scs[0].scrape(ctx)
+	if s := h.status("s/dp0"); s.HitRate != 0.9 {
+		t.Errorf("hit rate after counter reset %v, want 0.9", s.HitRate)
+	}
+	// cache_config_info: block size 16 and xxhash disagree with the config (4, sha256_cbor).
+	if h.counter(metricConfigMismatch, "field", "block_size") != 3 || h.counter(metricConfigMismatch, "field", "hash_algorithm") != 3 {
+		t.Errorf("config mismatches: block_size=%v hash_algorithm=%v", h.counter(metricConfigMismatch, "field", "block_size"), h.counter(metricConfigMismatch, "field", "hash_algorithm"))
+	}
+	if !m.Ready() {
+		t.Error("not ready with fresh load data")
+	}
+}
+
+func TestScraperLearnsBlockSizeFallsBackToOldNamesAndMarksUnhealthy(t *testing.T) {
+	var page atomic.Value
+	page.Store(oldVLLMMetrics + "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"32\"} 1\n")
+	var fail atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, page.Load().(string))
+	}))
+	defer srv.Close()
+	pool := poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL})
+	pool.BlockSize = 0
+	m, ix, _ := newScrapeManager(t, pool)
+	sc := m.scrapers()[0]
+	ctx := context.Background()
+	sc.scrape(ctx)
+	st, _ := ix.Replica(sc.ranks[0].r)
+	if want := (index.Load{Running: 2, Waiting: 7, KVUsage: 0.75}); st.Load != want {
+		t.Errorf("load %+v, want %+v", st.Load, want)
+	}
+	if bs := m.BlockSize("p"); bs != 32 {
+		t.Errorf("learned block size %d, want 32", bs)
+	}
+	fail.Store(true)
+	for i := range unhealthyAfter {
+		sc.scrape(ctx)
+		if st, _ := ix.Replica(sc.ranks[0].r); st.Healthy != (i+1 < unhealthyAfter) {
+			t.Fatalf("after %d failures healthy=%v", i+1, st.Healthy)
+		}
+	}
+	fail.Store(false)
+	sc.scrape(ctx)
+	if st, _ := ix.Replica(sc.ranks[0].r); !st.Healthy {
+		t.Error("a good scrape did not restore health")
+	}
+}
+
+func TestScrapeLoopRunsUntilCancelled(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		fmt.Fprint(w, oldVLLMMetrics)
+	}))
+	defer srv.Close()
+	m, _, _ := newScrapeManager(t, poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	waitFor(t, "three scrapes", func() bool { return n.Load() >= 3 })
+	cancel()
+	<-done
+}

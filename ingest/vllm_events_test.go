@@ -1,0 +1,364 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvroute/kvroute/internal/shareddata"
+)
+
+// eventVectors is the part of vllm_kv_events.json the ingest tests read.
+type eventVectors struct {
+	Scenarios []struct {
+		Algo      string `json:"algo"`
+		Seed      string `json:"PYTHONHASHSEED"`
+		IntHashes bool   `json:"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"`
+		BlockSize int    `json:"block_size"`
+		Steps     []struct {
+			Step          string          `json:"step"`
+			PayloadHex    string          `json:"payload_hex"`
+			Decoded       json.RawMessage `json:"payload_decoded"`
+			LegacyHex     string          `json:"legacy_array_payload_hex"`
+			LegacyDecoded json.RawMessage `json:"legacy_array_payload_decoded"`
+		} `json:"steps"`
+	} `json:"scenarios"`
+	ZMQ struct {
+		Topic          string     `json:"topic"`
+		Live           [][]string `json:"live_frames_hex"`
+		ReplayRequest  []string   `json:"replay_request_frames_sent_by_DEALER_hex"`
+		ReplayResponse [][]string `json:"replay_response_frames_received_by_DEALER_hex"`
+		Replay99       [][]string `json:"replay_request_start_99_response_hex"`
+	} `json:"zmq"`
+	Minimal struct {
+		PayloadHex string          `json:"payload_hex"`
+		Decoded    json.RawMessage `json:"payload_decoded"`
+	} `json:"minimal"`
+}
+
+func loadEventVectors(tb testing.TB) *eventVectors {
+	tb.Helper()
+	var v eventVectors
+	if err := json.Unmarshal(shareddata.Read(tb, "vectors/vllm_kv_events.json"), &v); err != nil {
+		tb.Fatal(err)
+	}
+	if len(v.Scenarios) == 0 || len(v.ZMQ.Live) == 0 {
+		tb.Fatal("vllm_kv_events.json: no scenarios or zmq frames")
+	}
+	return &v
+}
+
+func unhex(tb testing.TB, s string) []byte {
+	tb.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+var fieldsByType = map[string][]string{
+	tagBlockStored:      storedFields,
+	tagBlockRemoved:     removedFields,
+	tagAllBlocksCleared: nil,
+}
+
+// canonicalVector turns a vector's decoded view (events as maps with defaults
+// omitted, or as positional arrays) into the shape MarshalJSON prints: every
+// field of the type present, null when absent, bytes hashes as hex.
+func canonicalVector(t *testing.T, raw json.RawMessage) any {
+	t.Helper()
+	var batch []any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&batch); err != nil {
+		t.Fatal(err)
+	}
+	var events []any
+	for _, e := range batch[1].([]any) {
+		m := map[string]any{}
+		switch e := e.(type) {
+		case map[string]any:
+			m = e
+		case []any:
+			m["type"] = e[0]
+			for i, name := range fieldsByType[e[0].(string)] {
+				if i+1 < len(e) {
+					m[name] = e[i+1]
+				}
+			}
+		}
+		typ := m["type"].(string)
+		out := map[string]any{"type": typ}
+		for _, name := range fieldsByType[typ] {
+			out[name] = unbin(m[name])
+		}
+		events = append(events, out)
+	}
+	if events == nil {
+		events = []any{}
+	}
+	return map[string]any{"ts": batch[0], "data_parallel_rank": batch[2], "events": events}
+}
+
+func unbin(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		if h, ok := v["bin"]; ok && len(v) == 1 {
+			return h
+		}
+	case []any:
+		out := make([]any, len(v))
+		for i := range v {
+			out[i] = unbin(v[i])
+		}
+		return out
+	}
+	return v
+}
+
+func jsonOf(t *testing.T, b *EventBatch) any {
+	t.Helper()
+	raw, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestDecodeMatchesEveryVectorStepInBothLayouts(t *testing.T) {
+	v := loadEventVectors(t)
+	n := 0
+	for _, sc := range v.Scenarios {
+		for _, st := range sc.Steps {
+			for _, layout := range []struct {
+				name, hex string
+				view      json.RawMessage
+			}{{"map", st.PayloadHex, st.Decoded}, {"array", st.LegacyHex, st.LegacyDecoded}} {
+				b, err := DecodeBatch(unhex(t, layout.hex))
+				if err != nil {
+					t.Fatalf("%s/%v/%s/%s: %v", sc.Algo, sc.IntHashes, st.Step, layout.name, err)
+				}
+				got, want := jsonOf(t, b), canonicalVector(t, layout.view)
+				if !reflect.DeepEqual(got, want) {
+					g, _ := json.Marshal(got)
+					w, _ := json.Marshal(want)
+					t.Errorf("%s/%v/%s/%s:\n got %s\nwant %s", sc.Algo, sc.IntHashes, st.Step, layout.name, g, w)
+				}
+				n++
+			}
+		}
+	}
+	b, err := DecodeBatch(unhex(t, v.Minimal.PayloadHex))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := jsonOf(t, b), canonicalVector(t, v.Minimal.Decoded); !reflect.DeepEqual(got, want) {
+		t.Errorf("minimal: got %v want %v", got, want)
+	}
+	if b.HasRank {
+		t.Errorf("minimal: data_parallel_rank nil decoded as %d", b.DataParallelRank)
+	}
+	if n != 30 {
+		t.Errorf("checked %d payloads, want 30", n)
+	}
+}
+
+func TestDecodeKeepsFieldsIndexNeeds(t *testing.T) {
+	v := loadEventVectors(t)
+	// sha256_cbor with bytes hashes, the LoRA + salt step.
+	var step = v.Scenarios[2].Steps[2]
+	for _, h := range []string{step.PayloadHex, step.LegacyHex} {
+		b, err := DecodeBatch(unhex(t, h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := b.Events[0]
+		if ev.Type != EventBlockStored || ev.HasParent || len(ev.BlockHashes) != 2 || ev.BlockHashes[0].Raw == nil {
+			t.Fatalf("bad event %+v", ev)
+		}
+		if got := bytesEventValue(ev.BlockHashes[0].Raw); ev.BlockHashes[0].Value != got {
+			t.Errorf("bytes hash value %d, want %d", ev.BlockHashes[0].Value, got)
+		}
+		if ev.LoRAName != "sql-lora" || ev.Medium != "GPU" || !ev.HasGroupIdx || ev.GroupIdx != 0 || ev.BlockSize != 4 || len(ev.TokenIDs) != 8 {
+			t.Errorf("fields lost: %+v", ev)
+		}
+		if !ev.HasExtraKeys || len(ev.ExtraKeys) != 2 || len(ev.ExtraKeys[0]) != 2 || ev.ExtraKeys[0][1].Str != "tenant-a" {
+			t.Errorf("extra keys lost: %+v", ev.ExtraKeys)
+		}
+	}
+}
+
+// enc builds msgpack test payloads; maps keep insertion order.
+func enc(t testing.TB, v ...any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	for _, x := range v {
+		if err := encValue(e, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// kv is an ordered msgpack map.
+type kv []any
+
+func encValue(e *msgpack.Encoder, v any) error {
+	switch v := v.(type) {
+	case kv:
+		if err := e.EncodeMapLen(len(v) / 2); err != nil {
+			return err
+		}
+		for _, x := range v {
+			if err := encValue(e, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	case []any:
+		if err := e.EncodeArrayLen(len(v)); err != nil {
+			return err
+		}
+		for _, x := range v {
+			if err := encValue(e, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		return e.Encode(v)
+	}
+}
+
+func TestDecodeIsForwardAndBackwardCompatible(t *testing.T) {
+	stored := func(extra ...any) kv {
+		return append(kv{"type", "BlockStored", "block_hashes", []any{uint64(1), uint64(1<<64 - 1)}, "parent_block_hash", nil,
+			"token_ids", []any{1, 2, 3, 4, 5, 6, 7, 8}, "block_size", 4, "lora_id", nil, "medium", "GPU", "lora_name", nil}, extra...)
+	}
+	cases := []struct {
+		name    string
+		payload []byte
+		check   func(t *testing.T, b *EventBatch)
+	}{
+		{"unknown event type skipped", enc(t, []any{1.5, []any{kv{"type", "BlockPinned", "block_hashes", []any{1}}, stored()}, 0}),
+			func(t *testing.T, b *EventBatch) {
+				if len(b.Events) != 2 || b.Events[0].Type != EventUnknown || b.Events[0].TypeName != "BlockPinned" || b.Events[1].Type != EventBlockStored {
+					t.Errorf("%+v", b.Events)
+				}
+			}},
+		{"future map keys skipped", enc(t, []any{1.5, []any{stored("ownership", "shared", "session_id", "s-1", "locality", "LOCAL")}, 0}),
+			func(t *testing.T, b *EventBatch) {
+				ev := b.Events[0]
+				if ev.Locality != "LOCAL" || len(ev.BlockHashes) != 2 || ev.BlockHashes[1].Value != 1<<64-1 {
+					t.Errorf("%+v", ev)
+				}
+			}},
+		{"first-release positional event and 2-element batch", enc(t, []any{1.5, []any{[]any{"BlockStored", []any{7}, nil, []any{1, 2}, 2, nil}, []any{"BlockRemoved", []any{7}}}}),
+			func(t *testing.T, b *EventBatch) {
+				if b.HasRank || len(b.Events) != 2 || b.Events[0].HasMedium || b.Events[0].HasExtraKeys || b.Events[1].BlockHashes[0].Value != 7 {
+					t.Errorf("%+v", b)
+				}
+			}},
+		{"positional event with more fields than known", enc(t, []any{1.5, []any{[]any{"BlockRemoved", []any{7}, "CPU", 0, nil, "owner", "x"}}, 3}),
+			func(t *testing.T, b *EventBatch) {
+				if b.DataParallelRank != 3 || b.Events[0].Medium != "CPU" {
+					t.Errorf("%+v", b)
+				}
+			}},
+		{"fields in any order", enc(t, []any{1.5, []any{kv{"medium", "CPU", "block_hashes", []any{9}, "type", "BlockRemoved"}}, nil}),
+			func(t *testing.T, b *EventBatch) {
+				if b.Events[0].Type != EventBlockRemoved || b.Events[0].Medium != "CPU" {
+					t.Errorf("%+v", b.Events[0])
+				}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := DecodeBatch(c.payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.check(t, b)
+		})
+	}
+}
+
+func TestDecodeRejectsMalformedBatches(t *testing.T) {
+	cases := map[string][]byte{
+		"empty":                 {},
+		"garbage":               []byte("not msgpack at all"),
+		"not an array":          enc(t, kv{"ts", 1.0}),
+		"one element":           enc(t, []any{1.0}),
+		"events nil":            enc(t, []any{1.0, nil, 0}),
+		"event is a string":     enc(t, []any{1.0, []any{"BlockStored"}, 0}),
+		"stored without hashes": enc(t, []any{1.0, []any{kv{"type", "BlockStored", "token_ids", []any{1}}}, 0}),
+		"map without type":      enc(t, []any{1.0, []any{kv{"block_hashes", []any{1}}}, 0}),
+		"negative hash":         enc(t, []any{1.0, []any{kv{"type", "BlockRemoved", "block_hashes", []any{-1}}}, 0}),
+		"string hash":           enc(t, []any{1.0, []any{kv{"type", "BlockRemoved", "block_hashes", []any{"x"}}}, 0}),
+		"token out of range":    enc(t, []any{1.0, []any{kv{"type", "BlockStored", "block_hashes", []any{1}, "token_ids", []any{uint64(1 << 40)}}}, 0}),
+		"negative token":        enc(t, []any{1.0, []any{kv{"type", "BlockStored", "block_hashes", []any{1}, "token_ids", []any{-3}}}, 0}),
+		"huge array header":     {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0xff, 0xff, 0xff, 0xff},
+		"trailing bytes":        append(enc(t, []any{1.0, []any{}, 0}), 0xc0),
+	}
+	for name, p := range cases {
+		if _, err := DecodeBatch(p); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err = %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+func TestDecodeTruncatedVectorsNeverPanic(t *testing.T) {
+	v := loadEventVectors(t)
+	d := NewDecoder()
+	var b EventBatch
+	for _, sc := range v.Scenarios {
+		for _, st := range sc.Steps {
+			p := unhex(t, st.PayloadHex)
+			for i := 0; i < len(p); i++ {
+				if err := d.Decode(p[:i], &b); err == nil {
+					t.Fatalf("%s: prefix of %d/%d bytes decoded", st.Step, i, len(p))
+				}
+			}
+			if err := d.Decode(p, &b); err != nil {
+				t.Fatalf("decoder reuse after errors: %v", err)
+			}
+		}
+	}
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	v := loadEventVectors(f)
+	for _, sc := range v.Scenarios {
+		for _, st := range sc.Steps {
+			f.Add(unhex(f, st.PayloadHex))
+			f.Add(unhex(f, st.LegacyHex))
+		}
+	}
+	f.Add(unhex(f, v.Minimal.PayloadHex))
+	d := NewDecoder()
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		var b EventBatch
+		if err := d.Decode(payload, &b); err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error not wrapping ErrMalformed: %v", err)
+			}
+			return
+		}
+		if _, err := json.Marshal(&b); err != nil {
+			t.Fatalf("decoded batch does not print: %v", err)
+		}
+	})
+}
