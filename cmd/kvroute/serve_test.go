@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,17 +78,27 @@ func startServe(t *testing.T, cfg string) (extProc, admin string, logs *lockedBu
 }
 
 func TestServeRoutesOverExtProc(t *testing.T) {
-	extProc, admin, _ := startServe(t, `
+	// Two engines' /metrics (vLLM v1 names): load data makes the pool ready.
+	metrics := func() string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprint(w, "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 0\n")
+		}))
+		t.Cleanup(srv.Close)
+		return srv.Listener.Addr().String()
+	}
+	addrA, addrB := metrics(), metrics()
+	extProc, admin, _ := startServe(t, fmt.Sprintf(`
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 log: {level: debug}
+ingest: {scrape_interval: 100ms}
 pools:
   - name: p
     models: [m]
     block_size: 16
     replicas:
-      - {name: a, address: 127.0.0.1:18001}
-      - {name: b, address: 127.0.0.1:18002, data_parallel_size: 2}
-`)
+      - {name: a, address: %q}
+      - {name: b, address: %q, data_parallel_size: 2}
+`, addrA, addrB))
 	conn, err := grpc.NewClient(extProc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +107,7 @@ pools:
 	hc := healthpb.NewHealthClient(conn)
 	for _, name := range []string{"envoy.service.ext_proc.v3.ExternalProcessor", "liveness", "readiness"} {
 		var st healthpb.HealthCheckResponse_ServingStatus
-		for i := 0; i < 100 && st != healthpb.HealthCheckResponse_SERVING; i++ {
+		for i := 0; i < 250 && st != healthpb.HealthCheckResponse_SERVING; i++ {
 			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
 			if err == nil {
 				st = resp.GetStatus()
@@ -113,10 +125,10 @@ pools:
 		t.Fatalf("exchange: %v status %d", err, res.Status)
 	}
 	dest := res.Headers[fakeenvoy.DestinationHeader]
-	if dest != "127.0.0.1:18001" && dest != "127.0.0.1:18002" {
+	if dest != addrA && dest != addrB {
 		t.Fatalf("destination %q", dest)
 	}
-	if dest == "127.0.0.1:18002" && res.Headers["x-data-parallel-rank"] == "" {
+	if dest == addrB && res.Headers["x-data-parallel-rank"] == "" {
 		t.Fatal("DP replica chosen without x-data-parallel-rank")
 	}
 	resp, err := http.Get("http://" + admin + "/metrics")

@@ -1,0 +1,87 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kvroute/kvroute/chattemplate"
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/tokenize"
+)
+
+// chatTemplateFile is the file transformers (≥ 4.43) writes the chat
+// template to beside tokenizer_config.json; it wins over the config's
+// "chat_template" field when both exist.
+const chatTemplateFile = "chat_template.jinja"
+
+// loadPoolParts loads the pool's tokenizer and chat templates once, at
+// start. No tokenizer configured: zero parts (the pool routes by load). A
+// tokenizer without any chat template serves /v1/completions only; chat
+// requests then fail open.
+func loadPoolParts(p *config.Pool, baseDir string, now func() time.Time) (poolParts, error) {
+	if p.Tokenizer == "" {
+		if p.ChatTemplate != "" {
+			return poolParts{}, errors.New("chat_template needs a tokenizer")
+		}
+		return poolParts{}, nil
+	}
+	path := resolve(baseDir, p.Tokenizer)
+	tok, err := tokenize.Load(path)
+	if err != nil {
+		return poolParts{}, fmt.Errorf("tokenizer: %w", err)
+	}
+	pp := poolParts{tokenizer: tok}
+
+	override := ""
+	switch {
+	case p.ChatTemplate != "":
+		b, err := os.ReadFile(resolve(baseDir, p.ChatTemplate))
+		if err != nil {
+			return poolParts{}, fmt.Errorf("chat_template: %w", err)
+		}
+		override = string(b)
+	default:
+		dir := path
+		if st, err := os.Stat(path); err == nil && !st.IsDir() {
+			dir = filepath.Dir(path)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, chatTemplateFile)); err == nil {
+			override = string(b)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return poolParts{}, fmt.Errorf("tokenizer: %w", err)
+		}
+	}
+	tc := tok.Config()
+	specials := chattemplate.Specials{BOS: tc.BOSToken, EOS: tc.EOSToken, Unk: tc.UnkToken, Pad: tc.PadToken}
+	ct, err := chattemplate.NewChatTemplates(override, tc.ChatTemplate, specials, now)
+	switch {
+	case errors.Is(err, chattemplate.ErrNoTemplate):
+		return pp, nil
+	case err != nil:
+		return poolParts{}, fmt.Errorf("chat template: %w", err)
+	}
+	pp.chat = chatRenderer{ct}
+	return pp, nil
+}
+
+func resolve(baseDir, path string) string {
+	if baseDir == "" || filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(baseDir, path)
+}
+
+// chatRenderer adapts chattemplate to the router's ChatRenderer.
+type chatRenderer struct{ ct *chattemplate.ChatTemplates }
+
+// RenderChat renders an OpenAI chat body as vLLM's chat endpoint does.
+func (c chatRenderer) RenderChat(body []byte) (string, error) {
+	req, err := chattemplate.ParseChatRequest(body)
+	if err != nil {
+		return "", err
+	}
+	return c.ct.RenderRequest(req)
+}

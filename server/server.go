@@ -1,0 +1,243 @@
+// Package server assembles kvroute from a config: the CacheIndex, each
+// pool's tokenizer and chat templates, the KV-event ingest and load scraper,
+// the routing decision and the ext_proc gRPC server with its health service,
+// and the admin HTTP endpoints. `kvroute serve` is a thin shell around it; the
+// demo and the benchmark run the same assembly in process.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest"
+)
+
+// Options configures New.
+type Options struct {
+	Config *config.Config
+	// BaseDir resolves relative tokenizer and chat_template paths (the
+	// config file's directory); "" means the working directory.
+	BaseDir string
+	Logger  *slog.Logger // nil → slog.Default()
+	// Registry receives every metric; nil → a new one with the Go runtime
+	// and process collectors.
+	Registry *prometheus.Registry
+	// Now is the clock of chat templates' strftime_now; nil → time.Now.
+	Now func() time.Time
+}
+
+// Server is kvroute assembled and listening, not yet serving.
+type Server struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	ix      *index.Index
+	ingest  *ingest.Manager
+	grpc    *grpc.Server
+	health  *health.Server
+	tls     bool
+	grpcLn  net.Listener
+	adminLn net.Listener
+	admin   *http.Server
+}
+
+// drainTimeout bounds how long open ext_proc streams may take to finish on
+// shutdown before they are cut.
+const drainTimeout = 10 * time.Second
+
+// New loads every pool's tokenizer and chat templates, builds the index, the
+// router and the ingest manager, and binds the listeners (":0" ports work;
+// see ExtProcAddr and AdminAddr). A pool whose tokenizer cannot be loaded
+// is an error: starting with it would silently route by load only.
+func New(opts Options) (*Server, error) {
+	cfg := opts.Config
+	if cfg == nil {
+		return nil, errors.New("server: Config is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	ix, err := buildIndex(cfg, reg)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ingest.New(ingest.Options{Config: cfg, Index: ix, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	parts := map[string]poolParts{}
+	for i := range cfg.Pools {
+		p := &cfg.Pools[i]
+		pp, err := loadPoolParts(p, opts.BaseDir, now)
+		if err != nil {
+			return nil, fmt.Errorf("pools[%d] (%s): %w", i, p.Name, err)
+		}
+		name := p.Name
+		pp.blockSize = func() int { return mgr.BlockSize(name) }
+		parts[name] = pp
+		if pp.tokenizer == nil {
+			log.Warn("pool has no tokenizer: it routes by load only", "pool", name)
+		} else {
+			log.Info("pool tokenizer loaded", "pool", name, "tokenizer", p.Tokenizer, "chat", pp.chat != nil)
+		}
+	}
+	router, err := buildRouter(cfg, ix, parts)
+	if err != nil {
+		return nil, err
+	}
+	tlsConf, err := serverTLS(cfg.Listen.TLS)
+	if err != nil {
+		return nil, err
+	}
+	ep := extproc.NewServer(router, extproc.Options{
+		BodyLimitBytes: cfg.Routing.BodyLimitBytes,
+		DebugHeaders:   cfg.Routing.DebugHeaders,
+		BodyMode:       cfg.Routing.BodyMode,
+		Logger:         log,
+		Metrics:        extproc.NewMetrics(reg),
+	})
+	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil}
+	s.grpc, s.health = extproc.NewGRPCServer(ep, tlsConf)
+	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.ExtProc); err != nil {
+		return nil, fmt.Errorf("listen.extproc: %w", err)
+	}
+	if cfg.Listen.Admin != "" {
+		if s.adminLn, err = net.Listen("tcp", cfg.Listen.Admin); err != nil {
+			s.grpcLn.Close()
+			return nil, fmt.Errorf("listen.admin: %w", err)
+		}
+		s.admin = &http.Server{Handler: s.adminMux(), ReadHeaderTimeout: 5 * time.Second}
+	}
+	return s, nil
+}
+
+// ExtProcAddr is the ext_proc gRPC listener's address.
+func (s *Server) ExtProcAddr() net.Addr { return s.grpcLn.Addr() }
+
+// AdminAddr is the admin HTTP listener's address, nil when listen.admin is "".
+func (s *Server) AdminAddr() net.Addr {
+	if s.adminLn == nil {
+		return nil
+	}
+	return s.adminLn.Addr()
+}
+
+// Ready reports whether every pool has a replica with a live event stream
+// or fresh load data.
+func (s *Server) Ready() bool { return s.ingest.Ready() }
+
+// Index is the CacheIndex the server routes on (for tools and tests).
+func (s *Server) Index() *index.Index { return s.ix }
+
+// Run serves until ctx ends, then lets open streams drain (bounded) and
+// returns once everything has stopped.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.ix.Run(ctx) })
+	wg.Go(func() {
+		if err := s.ingest.Run(ctx); err != nil {
+			s.log.Error("ingest stopped", "err", err)
+		}
+	})
+	wg.Go(func() { extproc.WatchReadiness(ctx, s.health, s.Ready, time.Second) })
+	wg.Go(func() {
+		if err := s.grpc.Serve(s.grpcLn); err != nil {
+			s.log.Error("ext_proc server stopped", "err", err)
+		}
+	})
+	s.log.Info("ext_proc listening", "addr", s.grpcLn.Addr().String(), "tls", s.tls)
+	if s.admin != nil {
+		wg.Go(func() {
+			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("admin server stopped", "err", err)
+			}
+		})
+		s.log.Info("admin listening", "addr", s.adminLn.Addr().String())
+	}
+	s.log.Info("kvroute started", "pools", len(s.cfg.Pools))
+	<-ctx.Done()
+	s.log.Info("kvroute stopping")
+
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(drainTimeout):
+		s.grpc.Stop()
+		<-stopped
+	}
+	if s.admin != nil {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.admin.Shutdown(sctx)
+		c()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (s *Server) adminMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Ready() {
+			http.Error(w, "not ready: some pool has no replica with a live event stream or load data yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /debug/replicas", s.ingest.DebugHandler())
+	return mux
+}
+
+// buildIndex registers every pool and replica rank of cfg in a new index.
+func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, error) {
+	ix := index.New(index.Options{
+		TTL:            cfg.Index.TTL.Std(),
+		MaxEntries:     cfg.Index.MaxEntries,
+		CPUTierWeight:  cfg.Index.CPUTierWeight,
+		SpeculativeTTL: cfg.Index.SpeculativeTTL.Std(),
+		Registerer:     reg,
+	})
+	for i, p := range cfg.Pools {
+		pid, err := ix.AddPool(p.Name)
+		if err != nil {
+			return nil, fmt.Errorf("pools[%d]: %w", i, err)
+		}
+		for j, r := range p.Replicas {
+			for rank := 0; rank < r.DataParallelSize; rank++ {
+				if _, err := ix.AddReplica(pid, r.RankName(rank)); err != nil {
+					return nil, fmt.Errorf("pools[%d].replicas[%d]: %w", i, j, err)
+				}
+			}
+		}
+	}
+	return ix, nil
+}
