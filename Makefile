@@ -35,7 +35,7 @@ fuzz: testdata
 		done; \
 	done
 
-run: build
+run: build testdata
 	$(BIN)/kvroute --config examples/kvroute.yaml
 
 demo:

@@ -82,8 +82,14 @@ func (sc *scraper) scrape(ctx context.Context) {
 				sc.m.ix.SetHealthy(rs.r, false)
 			}
 		}
+		if sc.fails == unhealthyAfter {
+			sc.m.log.Warn("ingest: /metrics unreachable; replica marked unhealthy", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "url", sc.cfg.Metrics, "err", err)
+		}
 		sc.m.log.Debug("ingest: /metrics scrape failed", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "err", err)
 		return
+	}
+	if sc.fails >= unhealthyAfter {
+		sc.m.log.Info("ingest: /metrics reachable again; replica healthy", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name)
 	}
 	sc.fails = 0
 	sc.checkCacheConfig(fams)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -22,6 +23,7 @@ var quietZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
 func (rs *rankState) subscribeLoop(ctx context.Context) {
 	minB, maxB := rs.mgr.tuning.minBackoff, max(rs.mgr.cfg.Ingest.ReconnectMaxBackoff.Std(), rs.mgr.tuning.minBackoff)
 	backoff := minB
+	warned := false // one warning per outage; the retries log at debug
 	for {
 		start := time.Now()
 		err := rs.subscribeOnce(ctx)
@@ -29,10 +31,14 @@ func (rs *rankState) subscribeLoop(ctx context.Context) {
 			return
 		}
 		if time.Since(start) > 10*maxB {
-			backoff = minB // the connection held for a while: start over
+			backoff, warned = minB, false // the connection held for a while: start over
 		}
 		rs.st.update(func(st *rankStatus) { st.setError(rs.mgr.now(), "events: "+err.Error()) })
-		rs.mgr.log.Debug("ingest: event stream down; reconnecting", "pool", rs.pool.cfg.Name, "replica", rs.name, "endpoint", rs.events, "err", err, "backoff", backoff)
+		lvl := slog.LevelDebug
+		if !warned {
+			lvl, warned = slog.LevelWarn, true
+		}
+		rs.mgr.log.Log(ctx, lvl, "ingest: event stream down; reconnecting", "pool", rs.pool.cfg.Name, "replica", rs.name, "endpoint", rs.events, "err", err, "backoff", backoff)
 		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
