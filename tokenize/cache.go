@@ -18,8 +18,9 @@ const (
 // wordCache maps a pre-tokenized word to its ids. Bounded at
 // cacheShards*shardWords entries; safe for concurrent use.
 type wordCache struct {
-	seed   maphash.Seed
-	shards [cacheShards]cacheShard
+	seed       maphash.Seed
+	shardWords int // bound per shard: shardWords, smaller in tests
+	shards     [cacheShards]cacheShard
 }
 
 type cacheShard struct {
@@ -29,7 +30,7 @@ type cacheShard struct {
 }
 
 func newWordCache() *wordCache {
-	c := &wordCache{seed: maphash.MakeSeed()}
+	c := &wordCache{seed: maphash.MakeSeed(), shardWords: shardWords}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string][]int)
 	}
@@ -52,7 +53,7 @@ func (c *wordCache) put(w string, ids []int) {
 	v := append([]int(nil), ids...)
 	s := c.shard(w)
 	s.mu.Lock()
-	if len(s.m) >= shardWords {
+	if len(s.m) >= c.shardWords {
 		clear(s.m)
 	}
 	s.m[strings.Clone(w)] = v

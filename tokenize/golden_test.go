@@ -3,6 +3,7 @@ package tokenize
 import (
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"testing"
@@ -26,6 +27,9 @@ var (
 
 // loadTokenizer loads (once per test binary) a real tokenizer, raw: with
 // tokenizer.json's own post-processor, as the goldens were produced.
+// Otherwise with transformers' class rules, as Load does: the raw
+// tokenizer with the rules applied, which is how Parse builds it (loading
+// once keeps the tests quick under -race).
 func loadTokenizer(tb testing.TB, name string, raw bool) *Tokenizer {
 	tb.Helper()
 	dir := shareddata.TokenizerDir(tb, name)
@@ -35,12 +39,39 @@ func loadTokenizer(tb testing.TB, name string, raw bool) *Tokenizer {
 	if t, ok := loaded[key]; ok {
 		return t
 	}
-	t, err := LoadWithOptions(dir, Options{IgnoreClassRules: raw})
-	if err != nil {
+	rawKey := fmt.Sprintf("%s/%v", name, true)
+	base, ok := loaded[rawKey]
+	if !ok {
+		var err error
+		if base, err = LoadWithOptions(dir, Options{IgnoreClassRules: true}); err != nil {
+			tb.Fatalf("load %s: %v", name, err)
+		}
+		loaded[rawKey] = base
+	}
+	if raw {
+		return base
+	}
+	t := *base
+	t.segments = newSegmentCache(DefaultSegmentCacheBytes)
+	if err := t.applyClassRules(); err != nil {
 		tb.Fatalf("load %s: %v", name, err)
 	}
-	loaded[key] = t
-	return t
+	loaded[key] = &t
+	return &t
+}
+
+// raceEnabled reports whether the test binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
 }
 
 func readGolden(tb testing.TB, name string) []goldenCase {

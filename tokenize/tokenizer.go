@@ -33,7 +33,8 @@ type Tokenizer struct {
 	addedNorm    *addedMatcher // added tokens matched on normalized text (normalized:true)
 	post         template      // ids around the sequence when addSpecialTokens is set
 	config       TokenizerConfig
-	classRule    string // the transformers class rule applied, "" if none
+	classRule    string        // the transformers class rule applied, "" if none
+	segments     *segmentCache // nil: disabled
 }
 
 // Options changes how Load builds a Tokenizer. The zero value is what vLLM
@@ -44,6 +45,11 @@ type Options struct {
 	// LlamaTokenizerFast with add_bos_token). Encoding then equals the Rust
 	// tokenizers library's, which is what the golden files record.
 	IgnoreClassRules bool
+	// SegmentCacheBytes bounds the cache of whole segments (the text
+	// between added tokens, such as each message of a rendered chat
+	// prompt): 0 means DefaultSegmentCacheBytes, a negative value turns
+	// the cache off. The cache never changes the ids, only the time.
+	SegmentCacheBytes int
 }
 
 // Load reads path/tokenizer.json and, when present, path/tokenizer_config.json
@@ -95,6 +101,12 @@ func Parse(tokenizerJSON, configJSON []byte, opts Options) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
 	t.config = cfg
+	switch {
+	case opts.SegmentCacheBytes == 0:
+		t.segments = newSegmentCache(DefaultSegmentCacheBytes)
+	case opts.SegmentCacheBytes > 0:
+		t.segments = newSegmentCache(opts.SegmentCacheBytes)
+	}
 	if !opts.IgnoreClassRules {
 		if err := t.applyClassRules(); err != nil {
 			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
@@ -154,7 +166,18 @@ func (t *Tokenizer) encodeText(ids []int, text string, st *scratch) []int {
 			ids = append(ids, id)
 			return
 		}
-		ids = t.encodeSegment(ids, text[start:end], start == 0, st)
+		seg, atStart := text[start:end], start == 0
+		if t.segments == nil || !t.segments.cacheable(seg) {
+			ids = t.encodeSegment(ids, seg, atStart, st)
+			return
+		}
+		if hit, ok := t.segments.get(seg, atStart); ok {
+			ids = append(ids, hit...)
+			return
+		}
+		from := len(ids)
+		ids = t.encodeSegment(ids, seg, atStart, st)
+		t.segments.put(seg, atStart, ids[from:])
 	})
 	return ids
 }

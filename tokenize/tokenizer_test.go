@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/shareddata"
 )
 
 // TestSyntheticTokenizersMatchRustLibrary covers components the eight real
@@ -76,6 +78,16 @@ func TestClassRulesAddBOSLikeTransformers(t *testing.T) {
 				}
 			}
 			wantRule := map[string]bool{"deepseek_v3": true, "gemma3": true, "llama2": true}[name]
+			if name == "deepseek_v3" {
+				// Load itself, not the test's derived copy.
+				loaded, err := Load(shareddata.TokenizerDir(t, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := loaded.Encode(cases[5].Text, true), append([]int{0}, cases[5].NoSpecial...); !slices.Equal(got, want) {
+					t.Errorf("Load: %q: got %v want %v", cases[5].Text, got, want)
+				}
+			}
 			if (tok.ClassRule() != "") != wantRule {
 				t.Errorf("ClassRule() = %q, want a rule: %v", tok.ClassRule(), wantRule)
 			}
@@ -202,18 +214,27 @@ func TestEncodeIsSafeForConcurrentUse(t *testing.T) {
 }
 
 func TestWordCacheStaysBounded(t *testing.T) {
-	tok := loadTokenizer(t, "qwen3", true)
+	base := loadTokenizer(t, "qwen3", true)
+	// A copy with a small cache: the bound logic is the same at any size.
+	model := *base.model
+	model.cache = newWordCache()
+	model.cache.shardWords = 16
+	tok := withoutSegmentCache(base)
+	tok.model = &model
 	var b strings.Builder
-	for i := range 3 * cacheShards * shardWords {
+	for i := range 3 * cacheShards * model.cache.shardWords {
 		fmt.Fprintf(&b, " w%dx", i)
 	}
 	first := tok.Encode(b.String(), false)
+	if want := base.Encode(b.String(), false); !slices.Equal(first, want) {
+		t.Error("small-cache encoding differs")
+	}
 	total := 0
-	for i := range tok.model.cache.shards {
-		s := &tok.model.cache.shards[i]
+	for i := range model.cache.shards {
+		s := &model.cache.shards[i]
 		s.mu.RLock()
-		if len(s.m) > shardWords {
-			t.Errorf("shard %d holds %d words, bound %d", i, len(s.m), shardWords)
+		if len(s.m) > model.cache.shardWords {
+			t.Errorf("shard %d holds %d words, bound %d", i, len(s.m), model.cache.shardWords)
 		}
 		total += len(s.m)
 		s.mu.RUnlock()

@@ -33,7 +33,7 @@ var subcommands = []subcommand{
 	{"validate-config", "check a YAML config: validate-config FILE", runValidateConfig},
 	{"hash", "print vLLM block hashes of token ids on stdin: hash --algo A --seed S --block-size N", runHash},
 	{"chat-template", "render a chat template with a JSON context on stdin: chat-template render --template-file F [--now RFC3339]", runChatTemplate},
-	{"tokenize", "print the token ids of text on stdin: tokenize --tokenizer DIR [--no-special-tokens] [--jsonl]", runTokenize},
+	{"tokenize", "print the token ids of text on stdin: tokenize --tokenizer DIR [--no-special-tokens] [--jsonl | --chat]", runTokenize},
 	{"events", "print a raw vLLM KV-event payload on stdin as JSON: events decode [--hex] [--pretty]", runEvents},
 }
 

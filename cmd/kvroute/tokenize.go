@@ -8,33 +8,51 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
+	"time"
 
+	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
 // runTokenize implements `kvroute tokenize`: it encodes text read on stdin
 // with a model's tokenizer.json (as vLLM would for /v1/completions) and
 // prints the ids as a JSON array. With --jsonl each input line is a JSON
-// string and each output line the array of its ids.
+// string and each output line the array of its ids. With --chat stdin is an
+// OpenAI chat completions body, rendered with the model's chat template and
+// encoded as vLLM's chat endpoint does.
 func runTokenize(_ context.Context, args []string, std stdio) error {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(std.err)
 	dir := fs.String("tokenizer", "", "directory holding tokenizer.json (and tokenizer_config.json), or the tokenizer.json file")
-	noSpecial := fs.Bool("no-special-tokens", false, "do not add the post-processor's special tokens (BOS, ...)")
+	noSpecial := fs.Bool("no-special-tokens", false, "do not add the post-processor's special tokens (BOS, ...); text and --jsonl modes")
 	jsonl := fs.Bool("jsonl", false, "read one JSON string per line, print one JSON array of ids per line")
-	// --chat (render a chat request with the model's template, then encode)
-	// belongs to the chat-template engine and is added beside these flags.
+	chat := fs.Bool("chat", false, "stdin is a /v1/chat/completions JSON body: render the chat template, then encode (add_special_tokens from the body, default false)")
+	templateFile := fs.String("chat-template", "", "with --chat: Jinja chat template file to use instead of the tokenizer's")
+	nowFlag := fs.String("now", "", "with --chat: clock for strftime_now, RFC 3339 (default: the current time)")
 	fs.Usage = func() {
 		fmt.Fprintln(std.err, "usage: kvroute tokenize --tokenizer DIR [--no-special-tokens] [--jsonl] < text")
+		fmt.Fprintln(std.err, "       kvroute tokenize --tokenizer DIR --chat [--chat-template FILE] [--now RFC3339] < request.json")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if *dir == "" || fs.NArg() != 0 {
+	chatOnly := *templateFile != "" || *nowFlag != ""
+	if *dir == "" || fs.NArg() != 0 || (*chat && (*jsonl || *noSpecial)) || (chatOnly && !*chat) {
 		fs.Usage()
 		return errUsage
+	}
+	now := time.Now
+	if *nowFlag != "" {
+		t, err := time.Parse(time.RFC3339, *nowFlag)
+		if err != nil {
+			fmt.Fprintf(std.err, "--now: %v\n", err)
+			return errUsage
+		}
+		now = func() time.Time { return t }
 	}
 	tok, err := tokenize.Load(*dir)
 	if err != nil {
@@ -42,7 +60,19 @@ func runTokenize(_ context.Context, args []string, std stdio) error {
 	}
 	out := bufio.NewWriter(std.out)
 	defer out.Flush()
-	if !*jsonl {
+	switch {
+	case *chat:
+		body, err := readAll(std.in)
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		ids, err := encodeChat(tok, *dir, *templateFile, now, body)
+		if err != nil {
+			return err
+		}
+		writeIDs(out, ids)
+		return out.Flush()
+	case !*jsonl:
 		text, err := readAll(std.in)
 		if err != nil {
 			return fmt.Errorf("read stdin: %w", err)
@@ -66,6 +96,47 @@ func runTokenize(_ context.Context, args []string, std stdio) error {
 		return fmt.Errorf("read stdin: %w", err)
 	}
 	return out.Flush()
+}
+
+// encodeChat renders a chat completions body with the model's chat template
+// and encodes it with add_special_tokens as the body says (default false),
+// as vLLM's /v1/chat/completions does. The template is templateFile when
+// given, else chat_template.jinja beside tokenizer_config.json (transformers
+// >= 4.43 saves it there, and it wins), else tokenizer_config.json's
+// chat_template — the order `kvroute serve` uses for a pool.
+func encodeChat(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, now func() time.Time, body []byte) ([]int, error) {
+	override := ""
+	if templateFile == "" {
+		dir := tokenizerPath
+		if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+			dir = filepath.Dir(dir)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
+			templateFile = filepath.Join(dir, "chat_template.jinja")
+		}
+	}
+	if templateFile != "" {
+		b, err := os.ReadFile(templateFile)
+		if err != nil {
+			return nil, err
+		}
+		override = string(b)
+	}
+	cfg := tok.Config()
+	specials := chattemplate.Specials{BOS: cfg.BOSToken, EOS: cfg.EOSToken, Unk: cfg.UnkToken, Pad: cfg.PadToken}
+	templates, err := chattemplate.NewChatTemplates(override, cfg.ChatTemplate, specials, now)
+	if err != nil {
+		return nil, err
+	}
+	req, err := chattemplate.ParseChatRequest(body)
+	if err != nil {
+		return nil, err
+	}
+	text, err := templates.RenderRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return tok.Encode(text, req.AddSpecialTokens), nil
 }
 
 // writeIDs prints ids as a compact JSON array and a newline.

@@ -1,0 +1,208 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kvroute/kvroute/internal/shareddata"
+)
+
+// withTinySegmentCache returns a copy of t whose segment cache takes every
+// segment (even one byte long) within budgetBytes.
+func withTinySegmentCache(t *Tokenizer, budgetBytes int) *Tokenizer {
+	c := *t
+	c.segments = newSegmentCache(budgetBytes)
+	c.segments.minBytes = 1
+	return &c
+}
+
+func segmentEntries(c *segmentCache) (entries, bytes int) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.RLock()
+		entries += len(s.m)
+		bytes += s.bytes
+		s.mu.RUnlock()
+	}
+	return entries, bytes
+}
+
+// TestSegmentCacheKeepsGoldenIDs runs every golden case of the 8 real
+// tokenizers, the chat goldens and the synthetic tokenizers (Metaspace
+// prepend_scheme "first" reads the at-start flag) through the segment
+// cache twice: the first pass fills it, the second is served from it.
+func TestSegmentCacheKeepsGoldenIDs(t *testing.T) {
+	type check struct {
+		text    string
+		special bool
+		want    []int
+	}
+	run := func(t *testing.T, tok *Tokenizer, checks []check) {
+		cached := withTinySegmentCache(tok, DefaultSegmentCacheBytes)
+		for pass := range 2 {
+			for _, c := range checks {
+				if got := cached.Encode(c.text, c.special); !slices.Equal(got, c.want) {
+					t.Fatalf("pass %d special=%v %q:\n got %v\nwant %v", pass, c.special, c.text, got, c.want)
+				}
+			}
+			if n, _ := segmentEntries(cached.segments); n == 0 && pass == 0 {
+				t.Fatal("segment cache unused")
+			}
+		}
+	}
+	for _, name := range tokenizerNames {
+		t.Run(name, func(t *testing.T) {
+			var checks []check
+			for _, c := range readGolden(t, name) {
+				checks = append(checks, check{c.Text, true, c.WithSpecial}, check{c.Text, false, c.NoSpecial})
+			}
+			run(t, loadTokenizer(t, name, true), checks)
+		})
+	}
+	t.Run("chat", func(t *testing.T) {
+		var convs []struct {
+			Model string `json:"model"`
+			Text  string `json:"text"`
+			IDs   []int  `json:"ids"`
+		}
+		if err := json.Unmarshal(shareddata.Read(t, "tokenizers/chat_golden.json"), &convs); err != nil {
+			t.Fatal(err)
+		}
+		byModel := map[string][]check{}
+		for _, c := range convs {
+			byModel[c.Model] = append(byModel[c.Model], check{c.Text, false, c.IDs})
+		}
+		for model, checks := range byModel {
+			run(t, loadTokenizer(t, model, false), checks)
+		}
+	})
+	t.Run("synthetic", func(t *testing.T) {
+		dir := filepath.Join("testdata", "synthetic")
+		raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var golden map[string]struct {
+			Cases []goldenCase `json:"cases"`
+		}
+		if err := json.Unmarshal(raw, &golden); err != nil {
+			t.Fatal(err)
+		}
+		for name, g := range golden {
+			tok, err := LoadWithOptions(filepath.Join(dir, name+".json"), Options{IgnoreClassRules: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var checks []check
+			for _, c := range g.Cases {
+				checks = append(checks, check{c.Text, true, c.WithSpecial}, check{c.Text, false, c.NoSpecial})
+			}
+			run(t, tok, checks)
+		}
+	})
+}
+
+// TestSegmentCacheSeparatesStartOfText: the same segment text encodes
+// differently at offset 0 under Metaspace prepend_scheme "first"; the
+// cache keys on that.
+func TestSegmentCacheSeparatesStartOfText(t *testing.T) {
+	doc := strings.Replace(string(miniTokenizerJSON(t)), `"pre_tokenizer":null`,
+		`"pre_tokenizer":{"type":"Metaspace","replacement":"a","prepend_scheme":"first","split":false}`, 1)
+	tok, err := Parse([]byte(doc), nil, Options{IgnoreClassRules: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := withTinySegmentCache(tok, 1<<20)
+	for range 2 {
+		for _, text := range []string{"b", "<s>b", "b</s>b"} {
+			if got, want := cached.Encode(text, false), withoutSegmentCache(tok).Encode(text, false); !slices.Equal(got, want) {
+				t.Fatalf("%q: cached %v, uncached %v", text, got, want)
+			}
+		}
+	}
+	if got := cached.Encode("b", false); !slices.Equal(got, []int{7}) { // "ab": the prepended replacement merged
+		t.Errorf("at start: got %v want [7]", got)
+	}
+	if got := cached.Encode("<s>b", false); !slices.Equal(got, []int{1, 6}) {
+		t.Errorf("after a special token: got %v want [1 6]", got)
+	}
+}
+
+func TestSegmentCacheStaysBounded(t *testing.T) {
+	tok := withTinySegmentCache(loadTokenizer(t, "qwen3", true), 64<<10)
+	plain := withoutSegmentCache(tok)
+	for i := range 2000 {
+		text := fmt.Sprintf("<|im_start|>user\nmessage number %d with some words<|im_end|>", i%700)
+		if got, want := tok.Encode(text, false), plain.Encode(text, false); !slices.Equal(got, want) {
+			t.Fatalf("%q: cached %v, uncached %v", text, got, want)
+		}
+	}
+	entries, bytes := segmentEntries(tok.segments)
+	if entries == 0 || bytes > 64<<10 {
+		t.Errorf("%d entries, %d bytes; bound %d", entries, bytes, 64<<10)
+	}
+	for i := range tok.segments.shards {
+		s := &tok.segments.shards[i]
+		live := 0
+		for _, e := range s.ring {
+			if e != nil {
+				live++
+				if s.m[e.key] != e {
+					t.Fatalf("shard %d: ring entry %q not in the map", i, e.text)
+				}
+			}
+		}
+		if live != len(s.m) || s.bytes > tok.segments.shardBudget {
+			t.Errorf("shard %d: %d in ring, %d in map, %d bytes of %d", i, live, len(s.m), s.bytes, tok.segments.shardBudget)
+		}
+	}
+}
+
+func TestSegmentCacheIsSafeForConcurrentUse(t *testing.T) {
+	tok := withTinySegmentCache(loadTokenizer(t, "llama3_1", true), 32<<10) // small: evicts all the time
+	cases := readGolden(t, "llama3_1")
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 3 {
+				for i := range cases {
+					c := cases[(i+g*11+round)%len(cases)]
+					if got := tok.Encode(c.Text, false); !slices.Equal(got, c.NoSpecial) {
+						errs <- fmt.Sprintf("goroutine %d: %q: got %v", g, c.Text, got)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+func TestSegmentCacheOption(t *testing.T) {
+	tj := miniTokenizerJSON(t)
+	for _, c := range []struct {
+		bytes int
+		on    bool
+	}{{0, true}, {1 << 20, true}, {-1, false}} {
+		tok, err := Parse(tj, nil, Options{SegmentCacheBytes: c.bytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (tok.segments != nil) != c.on {
+			t.Errorf("SegmentCacheBytes %d: cache on = %v", c.bytes, tok.segments != nil)
+		}
+	}
+}
