@@ -75,7 +75,7 @@ func FuzzTemplate(f *testing.F) {
 // FuzzDecodeJSON checks the order-preserving decoder against encoding/json
 // on validity and that decode(encode(v)) == v.
 func FuzzDecodeJSON(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[1.5,true,null,"x\u00e9\n"]}`, `[]`, `"\ud83d\ude00"`, `-0.0e+1`, `{"a":{"a":{}}}`, engineContext} {
+	for _, s := range []string{`{"b":1,"a":[1.5,true,null,"x\u00e9\n"]}`, `[]`, `"\ud83d\ude00"`, `-0.0e+1`, `{"a":{"a":{}}}`, `"plain ascii then \u00e9 and \\ and \"q\" and é and \ud800 and \t tab"`, "\"bad \xff utf8\"", engineContext} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -87,6 +87,10 @@ func FuzzDecodeJSON(f *testing.F) {
 		}
 		if err != nil {
 			return
+		}
+		var want string
+		if json.Unmarshal([]byte(s), &want) == nil && v != want {
+			t.Fatalf("string %q decoded to %q, encoding/json says %q", s, v, want)
 		}
 		enc, err := encodeJSON(v, defaultJSONOptions(false, ""))
 		if err != nil {

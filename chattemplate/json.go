@@ -32,8 +32,9 @@ func DecodeJSON(data []byte) (Value, error) {
 }
 
 type jsonDecoder struct {
-	s []byte
-	i int
+	s   []byte
+	i   int
+	buf []byte // scratch for strings with escapes or non-ASCII text
 }
 
 func (d *jsonDecoder) errorf(format string, args ...any) error {
@@ -217,14 +218,14 @@ func (d *jsonDecoder) str() (string, error) {
 		}
 		d.i++
 	}
-	var b strings.Builder
-	b.Write(d.s[start:d.i])
+	b := append(d.buf[:0], d.s[start:d.i]...)
+	defer func() { d.buf = b[:0] }()
 	for d.i < len(d.s) {
 		c := d.s[d.i]
 		switch {
 		case c == '"':
 			d.i++
-			return b.String(), nil
+			return string(b), nil
 		case c < 0x20:
 			return "", d.errorf("control character in string")
 		case c == '\\':
@@ -236,17 +237,17 @@ func (d *jsonDecoder) str() (string, error) {
 			d.i++
 			switch e {
 			case '"', '\\', '/':
-				b.WriteByte(e)
+				b = append(b, e)
 			case 'b':
-				b.WriteByte('\b')
+				b = append(b, '\b')
 			case 'f':
-				b.WriteByte('\f')
+				b = append(b, '\f')
 			case 'n':
-				b.WriteByte('\n')
+				b = append(b, '\n')
 			case 'r':
-				b.WriteByte('\r')
+				b = append(b, '\r')
 			case 't':
-				b.WriteByte('\t')
+				b = append(b, '\t')
 			case 'u':
 				r, ok := d.hex4()
 				if !ok {
@@ -259,26 +260,35 @@ func (d *jsonDecoder) str() (string, error) {
 						r2, ok := d.hex4()
 						if ok {
 							if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-								b.WriteRune(dec)
+								b = utf8.AppendRune(b, dec)
 								continue
 							}
 						}
 						d.i = save
 					}
-					b.WriteRune(utf8.RuneError)
+					b = utf8.AppendRune(b, utf8.RuneError)
 					continue
 				}
-				b.WriteRune(r)
+				b = utf8.AppendRune(b, r)
 			default:
 				return "", d.errorf("invalid escape \\%c", e)
 			}
 		case c >= 0x80:
 			r, size := utf8.DecodeRune(d.s[d.i:])
-			b.WriteRune(r)
+			if r == utf8.RuneError && size == 1 {
+				b = utf8.AppendRune(b, r) // invalid UTF-8 reads as U+FFFD, as Python's decoder
+			} else {
+				b = append(b, d.s[d.i:d.i+size]...)
+			}
 			d.i += size
 		default:
-			b.WriteByte(c)
-			d.i++
+			// A run of plain ASCII up to the next byte that needs a look.
+			j := d.i + 1
+			for j < len(d.s) && d.s[j] >= 0x20 && d.s[j] < 0x80 && d.s[j] != '"' && d.s[j] != '\\' {
+				j++
+			}
+			b = append(b, d.s[d.i:j]...)
+			d.i = j
 		}
 	}
 	return "", d.errorf("unterminated string")
