@@ -543,8 +543,10 @@ func TestSlowIndexFillsBoundedQueueAndReplayRecovers(t *testing.T) {
 	waitFor(t, "queue drops", func() bool { return h.status("r0").QueueDrops >= 1 })
 	close(gate)
 	waitFor(t, "all 6 applied", func() bool { return h.status("r0").LastSeq == 5 })
+	// The dropped batches come back through a replay: the gap replay, or
+	// the first-connect replay when the drops happened before it ran.
 	s := h.status("r0")
-	if s.Partial || s.Replays < 2 {
+	if s.Partial || s.Replays < 1 {
 		t.Errorf("status %+v: want the drops recovered by replay", s)
 	}
 	if h.counter(metricQueueDrops) < 1 {
