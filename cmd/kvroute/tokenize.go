@@ -22,14 +22,14 @@ import (
 // prints the ids as a JSON array. With --jsonl each input line is a JSON
 // string and each output line the array of its ids. With --chat stdin is an
 // OpenAI chat completions body, rendered with the model's chat template and
-// encoded as vLLM's chat endpoint does.
+// encoded as vLLM's chat endpoint does; it prints {"prompt": text, "ids": [...]}.
 func runTokenize(_ context.Context, args []string, std stdio) error {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(std.err)
 	dir := fs.String("tokenizer", "", "directory holding tokenizer.json (and tokenizer_config.json), or the tokenizer.json file")
 	noSpecial := fs.Bool("no-special-tokens", false, "do not add the post-processor's special tokens (BOS, ...); text and --jsonl modes")
 	jsonl := fs.Bool("jsonl", false, "read one JSON string per line, print one JSON array of ids per line")
-	chat := fs.Bool("chat", false, "stdin is a /v1/chat/completions JSON body: render the chat template, then encode (add_special_tokens from the body, default false)")
+	chat := fs.Bool("chat", false, "stdin is a /v1/chat/completions JSON body: render the chat template, then encode (add_special_tokens from the body, default false); prints {\"prompt\": ..., \"ids\": [...]}")
 	templateFile := fs.String("chat-template", "", "with --chat: Jinja chat template file to use instead of the tokenizer's")
 	nowFlag := fs.String("now", "", "with --chat: clock for strftime_now, RFC 3339 (default: the current time)")
 	fs.Usage = func() {
@@ -66,11 +66,18 @@ func runTokenize(_ context.Context, args []string, std stdio) error {
 		if err != nil {
 			return fmt.Errorf("read stdin: %w", err)
 		}
-		ids, err := encodeChat(tok, *dir, *templateFile, now, body)
+		prompt, ids, err := encodeChat(tok, *dir, *templateFile, now, body)
 		if err != nil {
 			return err
 		}
-		writeIDs(out, ids)
+		enc := json.NewEncoder(out)
+		enc.SetEscapeHTML(false) // <|im_start|> as is
+		if err := enc.Encode(struct {
+			Prompt string `json:"prompt"`
+			IDs    []int  `json:"ids"`
+		}{prompt, ids}); err != nil {
+			return err
+		}
 		return out.Flush()
 	case !*jsonl:
 		text, err := readAll(std.in)
@@ -104,7 +111,7 @@ func runTokenize(_ context.Context, args []string, std stdio) error {
 // given, else chat_template.jinja beside tokenizer_config.json (transformers
 // >= 4.43 saves it there, and it wins), else tokenizer_config.json's
 // chat_template — the order `kvroute serve` uses for a pool.
-func encodeChat(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, now func() time.Time, body []byte) ([]int, error) {
+func encodeChat(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, now func() time.Time, body []byte) (string, []int, error) {
 	override := ""
 	if templateFile == "" {
 		dir := tokenizerPath
@@ -118,7 +125,7 @@ func encodeChat(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, now
 	if templateFile != "" {
 		b, err := os.ReadFile(templateFile)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		override = string(b)
 	}
@@ -126,17 +133,21 @@ func encodeChat(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, now
 	specials := chattemplate.Specials{BOS: cfg.BOSToken, EOS: cfg.EOSToken, Unk: cfg.UnkToken, Pad: cfg.PadToken}
 	templates, err := chattemplate.NewChatTemplates(override, cfg.ChatTemplate, specials, now)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	req, err := chattemplate.ParseChatRequest(body)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	text, err := templates.RenderRequest(req)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return tok.Encode(text, req.AddSpecialTokens), nil
+	ids := tok.Encode(text, req.AddSpecialTokens)
+	if ids == nil {
+		ids = []int{} // print [], not null
+	}
+	return text, ids, nil
 }
 
 // writeIDs prints ids as a compact JSON array and a newline.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,6 +76,7 @@ func TestTokenizeChatMatchesChatGoldens(t *testing.T) {
 	var golden []struct {
 		Model string `json:"model"`
 		Conv  string `json:"conv"`
+		Text  string `json:"text"`
 		IDs   []int  `json:"ids"`
 	}
 	if err := json.Unmarshal(shareddata.Read(t, "tokenizers/chat_golden.json"), &golden); err != nil {
@@ -94,8 +96,18 @@ func TestTokenizeChatMatchesChatGoldens(t *testing.T) {
 		want := g.IDs
 		body := strings.TrimSuffix(strings.TrimSpace(string(convs[g.Conv])), "}") + `, "model": "m"}`
 		code, out, errs := runCLI(t, body, "tokenize", "--tokenizer", shareddata.TokenizerDir(t, g.Model), "--chat", "--now", "2026-01-15T09:30:00Z")
-		if code != 0 || out != idsJSON(want) {
-			t.Errorf("%s/%s: exit %d, stderr %q\n got %s\nwant %s", g.Model, g.Conv, code, errs, out, idsJSON(want))
+		var got struct {
+			Prompt *string `json:"prompt"`
+			IDs    []int   `json:"ids"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
+			t.Fatalf("%s/%s: exit %d, stderr %q, stdout %q (%v)", g.Model, g.Conv, code, errs, out, err)
+		}
+		if got.Prompt == nil || *got.Prompt != g.Text {
+			t.Errorf("%s/%s: prompt %q, want %q", g.Model, g.Conv, deref(got.Prompt), g.Text)
+		}
+		if !slices.Equal(got.IDs, want) {
+			t.Errorf("%s/%s:\n got %v\nwant %v", g.Model, g.Conv, got.IDs, want)
 		}
 		checked++
 	}
@@ -130,4 +142,11 @@ func TestTokenizeCommandErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, errs, c.code, c.err)
 		}
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }
