@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -11,11 +10,6 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/tokenize"
 )
-
-// chatTemplateFile is the file transformers (≥ 4.43) writes the chat
-// template to beside tokenizer_config.json; it wins over the config's
-// "chat_template" field when both exist.
-const chatTemplateFile = "chat_template.jinja"
 
 // loadPoolParts loads the pool's tokenizer and chat templates once, at
 // start. No tokenizer configured: zero parts (the pool routes by load). A
@@ -35,28 +29,11 @@ func loadPoolParts(p *config.Pool, baseDir string, now func() time.Time) (poolPa
 	}
 	pp := poolParts{tokenizer: tok}
 
-	override := ""
-	switch {
-	case p.ChatTemplate != "":
-		b, err := os.ReadFile(resolve(baseDir, p.ChatTemplate))
-		if err != nil {
-			return poolParts{}, fmt.Errorf("chat_template: %w", err)
-		}
-		override = string(b)
-	default:
-		dir := path
-		if st, err := os.Stat(path); err == nil && !st.IsDir() {
-			dir = filepath.Dir(path)
-		}
-		if b, err := os.ReadFile(filepath.Join(dir, chatTemplateFile)); err == nil {
-			override = string(b)
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return poolParts{}, fmt.Errorf("tokenizer: %w", err)
-		}
+	templateFile := ""
+	if p.ChatTemplate != "" {
+		templateFile = resolve(baseDir, p.ChatTemplate)
 	}
-	tc := tok.Config()
-	specials := chattemplate.Specials{BOS: tc.BOSToken, EOS: tc.EOSToken, Unk: tc.UnkToken, Pad: tc.PadToken}
-	ct, err := chattemplate.NewChatTemplates(override, tc.ChatTemplate, specials, now)
+	ct, err := chattemplate.ForTokenizer(tok, path, templateFile, now)
 	switch {
 	case errors.Is(err, chattemplate.ErrNoTemplate):
 		return pp, nil

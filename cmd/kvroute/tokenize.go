@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -112,26 +110,7 @@ func runTokenize(_ context.Context, args []string, std stdio) error {
 // >= 4.43 saves it there, and it wins), else tokenizer_config.json's
 // chat_template — the order `kvroute serve` uses for a pool.
 func encodeChat(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, now func() time.Time, body []byte) (string, []int, error) {
-	override := ""
-	if templateFile == "" {
-		dir := tokenizerPath
-		if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-			dir = filepath.Dir(dir)
-		}
-		if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
-			templateFile = filepath.Join(dir, "chat_template.jinja")
-		}
-	}
-	if templateFile != "" {
-		b, err := os.ReadFile(templateFile)
-		if err != nil {
-			return "", nil, err
-		}
-		override = string(b)
-	}
-	cfg := tok.Config()
-	specials := chattemplate.Specials{BOS: cfg.BOSToken, EOS: cfg.EOSToken, Unk: cfg.UnkToken, Pad: cfg.PadToken}
-	templates, err := chattemplate.NewChatTemplates(override, cfg.ChatTemplate, specials, now)
+	templates, err := chattemplate.ForTokenizer(tok, tokenizerPath, templateFile, now)
 	if err != nil {
 		return "", nil, err
 	}
