@@ -40,8 +40,10 @@ fuzz: testdata
 run: build testdata
 	$(BIN)/kvroute --config examples/kvroute.yaml
 
-demo:
-	@echo "make demo: not yet — the emulated vLLM fleet arrives with the demo issue."
+# demo starts 4 emulated vLLM replicas, kvroute and a loopback gateway on
+# 127.0.0.1 and compares kvroute with round-robin (≤ 2 minutes; Ctrl-C stops all).
+demo: build testdata
+	$(BIN)/kvroute-bench demo --bin $(BIN)
 
 clean:
 	rm -rf $(BIN) .cache

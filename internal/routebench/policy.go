@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -59,21 +60,31 @@ func (p *RoundRobin) Pick(_ string, v FleetView) int {
 }
 
 // LeastLoaded picks the replica with the fewest requests in flight from this
-// gateway, ties to the lowest index.
-type LeastLoaded struct{}
+// gateway; ties go round-robin.
+type LeastLoaded struct{ ties tieBreaker }
 
 // Name implements Policy.
-func (LeastLoaded) Name() string { return "least-loaded" }
+func (*LeastLoaded) Name() string { return "least-loaded" }
 
 // Pick implements Policy.
-func (LeastLoaded) Pick(_ string, v FleetView) int {
-	return argmin(v.InFlight, func(i int) float64 { return float64(v.InFlight[i]) })
+func (p *LeastLoaded) Pick(_ string, v FleetView) int {
+	return argmin(len(v.InFlight), p.ties.next(), func(i int) float64 { return float64(v.InFlight[i]) })
 }
 
-func argmin(xs []int, cost func(int) float64) int {
-	best, bestCost := 0, cost(0)
-	for i := 1; i < len(xs); i++ {
-		if c := cost(i); c < bestCost {
+// tieBreaker rotates where argmin starts, so equal costs (an idle fleet, a
+// prompt no replica holds) spread over the replicas instead of piling onto
+// the first one.
+type tieBreaker struct{ n atomic.Uint64 }
+
+func (t *tieBreaker) next() int { return int(t.n.Add(1) - 1) }
+
+// argmin returns the replica of least cost among n, scanning from start
+// (mod n), so the first one scanned wins ties.
+func argmin(n, start int, cost func(int) float64) int {
+	best, bestCost := -1, 0.0
+	for k := 0; k < n; k++ {
+		i := (start + k) % n
+		if c := cost(i); best < 0 || c < bestCost {
 			best, bestCost = i, c
 		}
 	}
@@ -94,6 +105,7 @@ type ApproxPrefix struct {
 	Capacity      int     // chunk hashes remembered per replica
 
 	mu    sync.Mutex
+	ties  tieBreaker
 	sets  []map[uint64]*list.Element
 	lrus  []*list.List
 	ready bool
@@ -127,7 +139,7 @@ func (p *ApproxPrefix) Pick(prompt string, v FleetView) int {
 			matched[i]++
 		}
 	}
-	choice := argmin(v.InFlight, func(i int) float64 {
+	choice := argmin(n, p.ties.next(), func(i int) float64 {
 		uncached := float64(len(prompt)-matched[i]*p.ChunkChars) / p.CharsPerToken
 		return uncached + p.LoadWeight*float64(v.InFlight[i])
 	})
@@ -166,15 +178,18 @@ func chunkHashes(prompt string, chunk int) []uint64 {
 
 // Oracle knows every replica's real prefix cache (it asks the emulated
 // engines) and its real queue; it bounds what any router could achieve with
-// the same cost function.
+// the same cost function as kvroute's.
 type Oracle struct {
-	// CachedTokens returns how many of the prompt's tokens replica i holds.
-	CachedTokens func(i int, prompt string) int
-	// PromptTokens returns the prompt's token count.
-	PromptTokens func(prompt string) int
+	// Encode returns the prompt's token ids as the engines compute them.
+	Encode func(prompt string) []int
+	// CachedTokens returns how many leading tokens of ids replica i would
+	// take from its prefix cache now.
+	CachedTokens func(i int, ids []int) int
 	// Queue returns replica i's running + waiting requests.
 	Queue      func(i int) int
-	LoadWeight float64
+	LoadWeight float64 // tokens one queued request costs
+
+	ties tieBreaker
 }
 
 // Name implements Policy.
@@ -182,8 +197,9 @@ func (*Oracle) Name() string { return "oracle" }
 
 // Pick implements Policy.
 func (p *Oracle) Pick(prompt string, v FleetView) int {
-	total := p.PromptTokens(prompt)
-	return argmin(v.InFlight, func(i int) float64 {
-		return float64(total-p.CachedTokens(i, prompt)) + p.LoadWeight*float64(max(p.Queue(i), v.InFlight[i]))
+	ids := p.Encode(prompt)
+	return argmin(len(v.InFlight), p.ties.next(), func(i int) float64 {
+		uncached := len(ids) - p.CachedTokens(i, ids)
+		return float64(uncached) + p.LoadWeight*float64(max(p.Queue(i), v.InFlight[i]))
 	})
 }

@@ -20,7 +20,41 @@ type Result struct {
 	CachedTokens int64 // prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens)
 	TTFT         []time.Duration
 	PerReplica   map[string]int
+	ReplicaOrder []string // PerReplica's keys in fleet order; nil: sorted
 	Elapsed      time.Duration
+	// EngineQueriedTokens and EngineHitTokens are the engines' own prefix
+	// cache counters over the run (deltas of vllm:prefix_cache_queries_total
+	// and vllm:prefix_cache_hits_total, summed over the fleet): a cross-check
+	// of the responses' usage that also counts requests that failed.
+	EngineQueriedTokens int64
+	EngineHitTokens     int64
+	// Decisions counts kvroute's routing decisions by "outcome/reason"
+	// (kvroute_route_decisions_total); nil for gateway-side policies.
+	Decisions map[string]int
+}
+
+// EngineHitRate is the prefix-cache hit rate by the engines' own counters.
+func (r *Result) EngineHitRate() float64 {
+	if r.EngineQueriedTokens == 0 {
+		return 0
+	}
+	return float64(r.EngineHitTokens) / float64(r.EngineQueriedTokens)
+}
+
+// ReplicaCounts lists requests per replica in fleet order.
+func (r *Result) ReplicaCounts() []int {
+	order := r.ReplicaOrder
+	if order == nil {
+		for k := range r.PerReplica {
+			order = append(order, k)
+		}
+		slices.Sort(order)
+	}
+	out := make([]int, len(order))
+	for i, k := range order {
+		out[i] = r.PerReplica[k]
+	}
+	return out
 }
 
 // HitRate is the token-level prefix-cache hit rate.
@@ -152,4 +186,24 @@ func WriteSVG(w io.Writer, title string, results []*Result) {
 
 func escapeXML(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}
+
+// WriteDemoTable prints the demo's summary: per policy the engines' own
+// prefix-cache hit rate (from their /metrics), TTFT p50/p90 and the requests
+// each replica served.
+func WriteDemoTable(w io.Writer, results []*Result) {
+	var names []string
+	if len(results) > 0 {
+		names = results[0].ReplicaOrder
+	}
+	fmt.Fprintf(w, "%-14s %14s %10s %10s %7s   %s\n", "policy", "cache hit rate", "TTFT p50", "TTFT p90", "errors",
+		"requests per replica ("+strings.Join(names, " ")+")")
+	for _, r := range results {
+		counts := make([]string, 0, len(r.PerReplica))
+		for _, n := range r.ReplicaCounts() {
+			counts = append(counts, fmt.Sprint(n))
+		}
+		fmt.Fprintf(w, "%-14s %12.1f %% %10s %10s %7d   %s\n", r.Policy, 100*r.EngineHitRate(),
+			ms(r.Percentile(0.5)), ms(r.Percentile(0.9)), r.Errors, strings.Join(counts, " "))
+	}
 }

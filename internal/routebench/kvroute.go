@@ -1,0 +1,195 @@
+package routebench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/server"
+)
+
+// Replica is how kvroute reaches one engine.
+type Replica struct {
+	Name    string
+	Address string // ip:port of the OpenAI server
+	Events  string // ZMQ PUB endpoint
+	Replay  string // ZMQ ROUTER replay endpoint ("" = none)
+}
+
+// KVRouteConfig describes the kvroute the harness runs in front of a fleet.
+type KVRouteConfig struct {
+	Model        string
+	TokenizerDir string
+	BlockSize    int
+	Keys         string // config.KeysTokens or config.KeysEngine
+	HashAlgo     string // the engines' --prefix-caching-hash-algo
+	Seed         string // the engines' PYTHONHASHSEED (needed for engine keys)
+	ExtProc      string // listen.extproc, e.g. "127.0.0.1:0"
+	Admin        string // listen.admin; "" disables it
+	Replicas     []Replica
+}
+
+// YAML renders the config file kvroute serve reads (see docs/CONFIG.md).
+// Load is scraped every 200ms so queue lengths are fresh at benchmark rates.
+func (c KVRouteConfig) YAML() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: {extproc: %q, admin: %q}\n", c.ExtProc, c.Admin)
+	b.WriteString("log: {level: warn, format: text}\n")
+	b.WriteString("ingest: {scrape_interval: 200ms}\n")
+	b.WriteString("pools:\n")
+	fmt.Fprintf(&b, "  - name: %s\n    models: [%q]\n    tokenizer: %q\n    block_size: %d\n    keys: %s\n",
+		"fleet", c.Model, c.TokenizerDir, c.BlockSize, c.Keys)
+	fmt.Fprintf(&b, "    hash: {algorithm: %s", c.HashAlgo)
+	if c.Seed != "" {
+		fmt.Fprintf(&b, ", seed: %q", c.Seed)
+	}
+	b.WriteString("}\n    replicas:\n")
+	for _, r := range c.Replicas {
+		fmt.Fprintf(&b, "      - {name: %s, address: %q, events: %q", r.Name, r.Address, r.Events)
+		if r.Replay != "" {
+			fmt.Fprintf(&b, ", replay: %q", r.Replay)
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
+
+// KVRoute is kvroute running in process behind the fake Envoy gateway.
+type KVRoute struct {
+	URL string // the gateway clients send to
+
+	srv    *server.Server
+	reg    *prometheus.Registry
+	stopGW func()
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	runErr error
+}
+
+// StartKVRoute builds kvroute from c with server.New (exactly what
+// `kvroute serve` runs), waits until it is ready (every pool has a live
+// replica) within readyTimeout, and puts a fakeenvoy gateway in front.
+func StartKVRoute(ctx context.Context, c KVRouteConfig, readyTimeout time.Duration, log *slog.Logger) (*KVRoute, error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	cfg, err := config.Parse([]byte(c.YAML()))
+	if err != nil {
+		return nil, fmt.Errorf("kvroute config: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	srv, err := server.New(server.Options{Config: cfg, Logger: log, Registry: reg})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	k := &KVRoute{srv: srv, reg: reg, cancel: cancel}
+	k.wg.Go(func() { k.runErr = srv.Run(ctx) })
+	deadline := time.Now().Add(readyTimeout)
+	for !srv.Ready() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			k.Close()
+			return nil, fmt.Errorf("kvroute not ready after %v (no replica connected or scraped)", readyTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	url, stopGW, err := StartGateway(srv.ExtProcAddr().String(), log)
+	if err != nil {
+		k.Close()
+		return nil, err
+	}
+	k.stopGW, k.URL = stopGW, url
+	return k, nil
+}
+
+// Server is the in-process kvroute (for tests).
+func (k *KVRoute) Server() *server.Server { return k.srv }
+
+// Decisions returns kvroute_route_decisions_total by "outcome/reason",
+// summed over pools: why kvroute routed as it did.
+func (k *KVRoute) Decisions() map[string]float64 {
+	out := map[string]float64{}
+	fams, err := k.reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, f := range fams {
+		if f.GetName() != "kvroute_route_decisions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var outcome, reason string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "outcome":
+					outcome = l.GetValue()
+				case "reason":
+					reason = l.GetValue()
+				}
+			}
+			out[outcome+"/"+reason] += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// Close stops the gateway and kvroute and waits for both.
+func (k *KVRoute) Close() error {
+	if k.stopGW != nil {
+		k.stopGW()
+	}
+	k.cancel()
+	k.wg.Wait()
+	return k.runErr
+}
+
+// StartGateway runs a fakeenvoy gateway (Envoy as configured by
+// envoy/envoy.yaml: BUFFERED ext_proc, ORIGINAL_DST on the header) on a
+// loopback port and returns its base URL and a stop function.
+func StartGateway(extProcAddr string, log *slog.Logger) (string, func(), error) {
+	gw, err := fakeenvoy.NewGateway(extProcAddr, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}, log)
+	if err != nil {
+		return "", nil, err
+	}
+	url, stop, err := ServeLoopback(gw)
+	if err != nil {
+		gw.Close()
+		return "", nil, err
+	}
+	return url, func() { stop(); gw.Close() }, nil
+}
+
+// ServeLoopback serves h on a free 127.0.0.1 port and returns its base URL
+// and a stop function that shuts the server down (open requests get 2 s) and
+// waits for it.
+func ServeLoopback(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // ErrServerClosed after stop
+	}()
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+		<-done
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
