@@ -279,6 +279,7 @@ func poolName(p *pool) string {
 type candidate struct {
 	ep     *Endpoint
 	queued float64
+	blocks int64 // blocks its cache holds, as the index knows
 }
 
 // eligible lists p's endpoints (all pools' when p is nil) that are healthy,
@@ -298,34 +299,40 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate) []ca
 			if !ok || !st.Healthy || (r.opts.KVUsageCeiling > 0 && st.Load.KVUsage > r.opts.KVUsageCeiling) {
 				continue
 			}
-			dst = append(dst, candidate{ep: ep, queued: st.QueuedWork()})
+			dst = append(dst, candidate{ep: ep, queued: st.QueuedWork(), blocks: st.Blocks})
 		}
 	}
 	return dst
 }
 
-// byLoad picks the less loaded of two random eligible endpoints (power of two
-// choices), or rejects with 503 when none is eligible.
+// byLoad places a request no replica has a prefix for: the eligible endpoint
+// with the least queued work; among equally loaded ones the one whose cache
+// holds the fewest blocks (so new prefixes spread over the fleet's KV
+// capacity instead of evicting each other on one engine), then at random.
+// It rejects with 503 when none is eligible. The queued work counts this
+// router's own requests since the last scrape, so a burst does not herd.
 func (r *Router) byLoad(p *pool, subset map[string]bool, reason string, cause error) Decision {
 	var buf [64]candidate
 	cands := r.eligible(p, subset, buf[:0])
 	d := Decision{Pool: poolName(p), Outcome: OutcomeLoad, Reason: reason, Err: cause}
-	switch len(cands) {
-	case 0:
+	if len(cands) == 0 {
 		return r.noEligible(d)
-	case 1:
-		d.Endpoint = cands[0].ep
-	default:
-		a := rand.IntN(len(cands))
-		b := rand.IntN(len(cands) - 1)
-		if b >= a {
-			b++
-		}
-		if cands[b].queued < cands[a].queued {
-			a = b
-		}
-		d.Endpoint = cands[a].ep
 	}
+	best, ties := 0, 1
+	for i := 1; i < len(cands); i++ {
+		c, b := &cands[i], &cands[best]
+		switch {
+		case c.queued < b.queued, c.queued == b.queued && c.blocks < b.blocks:
+			best, ties = i, 1
+		case c.queued == b.queued && c.blocks == b.blocks:
+			// Reservoir sampling keeps each tied endpoint with equal chance.
+			ties++
+			if rand.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	d.Endpoint = cands[best].ep
 	return d
 }
 
@@ -340,7 +347,7 @@ func (r *Router) noEligible(d Decision) Decision {
 
 // choose minimises cost = uncached prompt tokens + load_weight × queued work
 // over the eligible endpoints, ties broken at random; with no cached prefix
-// anywhere it falls back to power-of-two-choices on load.
+// anywhere it places the request by load (byLoad).
 func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int) Decision {
 	mp := r.matches.Get().(*[]index.Match)
 	defer r.matches.Put(mp)

@@ -201,14 +201,41 @@ func TestTiesSpreadAcrossReplicas(t *testing.T) {
 	if seen[h.eps[0].Address] == 0 || seen[h.eps[1].Address] == 0 || seen[h.eps[2].Address] != 0 {
 		t.Fatalf("tie between two equal holders split %v", seen)
 	}
-	// No holder anywhere: load balancing reaches every replica.
+	// A prompt nobody holds goes to the equally loaded replica whose cache
+	// holds the fewest blocks: eps[2], the only empty one.
+	seen = map[string]int{}
+	for i := 0; i < 20; i++ {
+		res := h.do(fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}, completion(fmt.Sprintf("fresh prompt %d", i)))
+		seen[res.Headers[HeaderDestination]]++
+	}
+	if seen[h.eps[2].Address] != 20 {
+		t.Fatalf("no-hit requests with eps[2] the only empty cache went %v", seen)
+	}
+	// Equal load and equal caches: load balancing reaches every replica.
+	h.ix.Clear(h.eps[0].Replica)
+	h.ix.Clear(h.eps[1].Replica)
 	seen = map[string]int{}
 	for i := 0; i < 60; i++ {
-		res := h.do(fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}, completion(fmt.Sprintf("fresh prompt %d", i)))
+		res := h.do(fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}, completion(fmt.Sprintf("other prompt %d", i)))
 		seen[res.Headers[HeaderDestination]]++
 	}
 	if len(seen) != 3 {
 		t.Fatalf("no-hit requests reached %d replicas: %v", len(seen), seen)
+	}
+}
+
+// TestNewPrefixesGoToTheLeastLoaded: with no holder, the replica with the
+// least queued work wins even when its cache is the fullest.
+func TestNewPrefixesGoToTheLeastLoaded(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.ix.Store(h.eps[1].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
+	h.ix.SetLoad(h.eps[0].Replica, index.Load{Running: 3}, h.clock())
+	h.ix.SetLoad(h.eps[2].Replica, index.Load{Running: 2, Waiting: 1}, h.clock())
+	for i := 0; i < 10; i++ {
+		res := h.do(modes[0].cfg, completion(fmt.Sprintf("fresh prompt %d", i)))
+		if got := res.Headers[HeaderDestination]; got != h.eps[1].Address {
+			t.Fatalf("request %d went to %s, want the idle %s", i, got, h.eps[1].Address)
+		}
 	}
 }
 
