@@ -369,9 +369,17 @@ func TestNoPromptTextInLogs(t *testing.T) {
 // gateway to fake replicas and checks which replica served them.
 func TestGatewayEndToEnd(t *testing.T) {
 	var addrs []string
+	var hp atomic.Pointer[harness]
+	var inFlightWhileServing atomic.Int64
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("vllm-%d", i)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// As with Envoy, the ext_proc stream stays open while the
+			// upstream serves, so the router still counts the request.
+			if h := hp.Load(); h != nil {
+				st, _ := h.ix.Replica(h.eps[i].Replica)
+				inFlightWhileServing.Store(st.InFlight)
+			}
 			w.Header().Set("x-served-by", name)
 			if r.Header.Get(fakeenvoy.DestinationHeader) == "" {
 				w.WriteHeader(500)
@@ -382,6 +390,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 		addrs = append(addrs, strings.TrimPrefix(srv.URL, "http://"))
 	}
 	h := newHarness(t, harnessOptions{addresses: addrs})
+	hp.Store(h)
 	h.ix.Store(h.eps[2].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
@@ -405,6 +414,9 @@ func TestGatewayEndToEnd(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != 200 || resp.Header.Get("x-served-by") != "vllm-2" {
 				t.Fatalf("status %d served by %q, want 200 from vllm-2", resp.StatusCode, resp.Header.Get("x-served-by"))
+			}
+			if n := inFlightWhileServing.Swap(0); n != 1 {
+				t.Errorf("router counted %d requests in flight on vllm-2 while it served, want 1", n)
 			}
 			http.DefaultClient.CloseIdleConnections()
 		})

@@ -107,6 +107,17 @@ func (c *Config) defaults() {
 // non-nil error is a protocol violation a real Envoy would turn into a 500 or
 // 504 (Result.Status says which) or a transport failure.
 func Do(ctx context.Context, client extprocv3.ExternalProcessorClient, cfg Config, req Request) (Result, error) {
+	return DoWhile(ctx, client, cfg, req, nil)
+}
+
+// DoWhile is Do with the rest of the HTTP request in the middle: Envoy keeps
+// the ext_proc stream open until the HTTP stream is destroyed, i.e. after
+// the upstream response (ENVOY.md §2.1; ext_proc.cc closes the stream in
+// onDestroy), so a processor that counts requests in flight by open streams
+// sees each request for as long as it lasts. upstream, when not nil, runs
+// after a completed exchange (also one ending in a local reply) and before
+// the stream ends.
+func DoWhile(ctx context.Context, client extprocv3.ExternalProcessorClient, cfg Config, req Request, upstream func(Result)) (Result, error) {
 	cfg.defaults()
 	res := Result{Headers: map[string]string{}, Metadata: map[string]*structpb.Struct{}}
 	res.Headers[":method"] = req.Method
@@ -133,6 +144,9 @@ func Do(ctx context.Context, client extprocv3.ExternalProcessorClient, cfg Confi
 	ex := &exchange{cfg: cfg, stream: stream, res: &res, req: req}
 	err = ex.run()
 	if err == nil || errors.Is(err, errLocalReply) {
+		if upstream != nil {
+			upstream(res)
+		}
 		err = ex.finish(cancel)
 	}
 	return res, err

@@ -86,15 +86,29 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, ok := headers["x-request-id"]; !ok {
 		headers["x-request-id"] = strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	res, err := Do(r.Context(), g.client, g.cfg, Request{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: body})
+	// The upstream leg runs while the ext_proc stream is still open, as in
+	// Envoy: the processor's in-flight count covers the whole request.
+	responded := false
+	res, err := DoWhile(r.Context(), g.client, g.cfg, Request{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: body},
+		func(res Result) {
+			responded = true
+			g.forward(w, r, res)
+		})
 	if err != nil {
 		g.log.Warn("ext_proc exchange failed", "err", err, "status", res.Status)
+		if responded {
+			return // the stream failed as it closed; the client has its answer
+		}
 		if res.Status == 0 {
 			res.Status = http.StatusInternalServerError
 		}
 		http.Error(w, "ext_proc: "+err.Error(), res.Status)
-		return
 	}
+}
+
+// forward answers a local reply or proxies the request to exactly the
+// ip:port the processor set, as an ORIGINAL_DST cluster with use_http_header.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, res Result) {
 	if res.Status != 0 {
 		w.Header().Set("content-type", "text/plain; charset=utf-8")
 		w.WriteHeader(res.Status)
