@@ -1,12 +1,11 @@
 package chattemplate
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/kvroute/kvroute/tokenize"
 )
 
 // ChatTemplateFile is where transformers (>= 4.43) saves a model's chat
@@ -14,14 +13,16 @@ import (
 // "chat_template" field (transformers tokenization_utils_base.py).
 const ChatTemplateFile = "chat_template.jinja"
 
-// ForTokenizer loads the chat templates of the model whose tokenizer was
-// loaded from tokenizerPath (its directory, or its tokenizer.json), in the
-// order vLLM ends up with: templateFile when set (vLLM's --chat-template),
-// else chat_template.jinja beside the tokenizer, else tokenizer_config.json's
-// "chat_template" (a string or a list of named templates). Special-token
-// strings come from tokenizer_config.json. A model without any template
-// returns an error wrapping ErrNoTemplate.
-func ForTokenizer(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, now func() time.Time) (*ChatTemplates, error) {
+// ForTokenizer loads the chat templates of the model whose tokenizer files
+// live at tokenizerPath (the directory, or its tokenizer.json), in the order
+// vLLM ends up with: templateFile when set (vLLM's --chat-template), else
+// chat_template.jinja beside the tokenizer, else chatTemplateJSON, the
+// "chat_template" of tokenizer_config.json (a string or a list of named
+// templates). specials are tokenizer_config.json's token strings. A model
+// without any template returns an error wrapping ErrNoTemplate. (It takes
+// the config's fields, not a *tokenize.Tokenizer, so that package tokenize's
+// tests may import this one.)
+func ForTokenizer(tokenizerPath, templateFile string, chatTemplateJSON json.RawMessage, specials Specials, now func() time.Time) (*ChatTemplates, error) {
 	override := ""
 	if templateFile == "" {
 		dir := tokenizerPath
@@ -42,7 +43,5 @@ func ForTokenizer(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, n
 		}
 		override = string(b)
 	}
-	cfg := tok.Config()
-	specials := Specials{BOS: cfg.BOSToken, EOS: cfg.EOSToken, Unk: cfg.UnkToken, Pad: cfg.PadToken}
-	return NewChatTemplates(override, cfg.ChatTemplate, specials, now)
+	return NewChatTemplates(override, chatTemplateJSON, specials, now)
 }

@@ -32,7 +32,7 @@ func TestForTokenizerPrecedence(t *testing.T) {
 	}
 	render := func(tok *tokenize.Tokenizer, path, file string) string {
 		t.Helper()
-		ct, err := ForTokenizer(tok, path, file, nil)
+		ct, err := forTok(tok, path, file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestForTokenizerPrecedence(t *testing.T) {
 		return out
 	}
 
-	if _, err := ForTokenizer(load(), dir, "", nil); !errors.Is(err, ErrNoTemplate) {
+	if _, err := forTok(load(), dir, ""); !errors.Is(err, ErrNoTemplate) {
 		t.Fatalf("no template anywhere: err %v, want ErrNoTemplate", err)
 	}
 	write("tokenizer_config.json", `{"chat_template":"config {{ bos_token }}","bos_token":"<B>"}`)
@@ -63,7 +63,13 @@ func TestForTokenizerPrecedence(t *testing.T) {
 	if got := render(tok, dir, file); got != "file" {
 		t.Errorf("template file: got %q", got)
 	}
-	if _, err := ForTokenizer(tok, dir, filepath.Join(dir, "missing.jinja"), nil); !errors.Is(err, os.ErrNotExist) {
+	if _, err := forTok(tok, dir, filepath.Join(dir, "missing.jinja")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing template file: err %v", err)
 	}
+}
+
+// forTok calls ForTokenizer with a loaded tokenizer's config, as callers do.
+func forTok(tok *tokenize.Tokenizer, path, file string) (*ChatTemplates, error) {
+	cfg := tok.Config()
+	return ForTokenizer(path, file, cfg.ChatTemplate, Specials{BOS: cfg.BOSToken, EOS: cfg.EOSToken, Unk: cfg.UnkToken, Pad: cfg.PadToken}, nil)
 }

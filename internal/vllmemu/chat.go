@@ -14,7 +14,7 @@ import (
 // tokenizer_config.json's "chat_template". It returns nil, nil when there is
 // none: chat requests then answer 400.
 func LoadChatTemplates(tok *tokenize.Tokenizer, tokenizerDir, templateFile string) (*chattemplate.ChatTemplates, error) {
-	ct, err := chattemplate.ForTokenizer(tok, tokenizerDir, templateFile, nil)
+	ct, err := chattemplate.ForTokenizer(tokenizerDir, templateFile, tok.Config().ChatTemplate, specialsOf(tok), nil)
 	switch {
 	case errors.Is(err, chattemplate.ErrNoTemplate):
 		return nil, nil
@@ -22,4 +22,11 @@ func LoadChatTemplates(tok *tokenize.Tokenizer, tokenizerDir, templateFile strin
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
 	return ct, nil
+}
+
+// specialsOf is tokenizer_config.json's special-token strings, as chat
+// templates see them.
+func specialsOf(tok *tokenize.Tokenizer) chattemplate.Specials {
+	c := tok.Config()
+	return chattemplate.Specials{BOS: c.BOSToken, EOS: c.EOSToken, Unk: c.UnkToken, Pad: c.PadToken}
 }

@@ -112,17 +112,29 @@ func (e *Engine) resolveModel(w http.ResponseWriter, model string) (string, *int
 	return "", nil, false
 }
 
-func (e *Engine) serveCompletions(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
-		return
+// request reads and parses a completions-shaped body and resolves its
+// model; ok=false after answering the error.
+func (e *Engine) request(w http.ResponseWriter, r *http.Request) (body []byte, p *completionParams, m modelRef, ok bool) {
+	if body, ok = readBody(w, r); !ok {
+		return nil, nil, m, false
 	}
 	p, err := parseCompletionBody(body)
 	if err != nil {
 		badRequest(w, err)
-		return
+		return nil, nil, m, false
 	}
-	lora, loraID, ok := e.resolveModel(w, p.Model)
+	m.lora, m.loraID, ok = e.resolveModel(w, p.Model)
+	return body, p, m, ok
+}
+
+// modelRef is the LoRA adapter a request's model names ("" and nil: the base model).
+type modelRef struct {
+	lora   string
+	loraID *int64
+}
+
+func (e *Engine) serveCompletions(w http.ResponseWriter, r *http.Request) {
+	_, p, m, ok := e.request(w, r)
 	if !ok {
 		return
 	}
@@ -135,20 +147,11 @@ func (e *Engine) serveCompletions(w http.ResponseWriter, r *http.Request) {
 		add := p.AddSpecialTokens == nil || *p.AddSpecialTokens
 		ids = e.opts.Tokenizer.Encode(p.promptText, add)
 	}
-	e.generate(w, r, p, ids, lora, loraID, false, defaultCompletionMaxTokens)
+	e.generate(w, r, p, ids, m.lora, m.loraID, false, defaultCompletionMaxTokens)
 }
 
 func (e *Engine) serveChat(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	p, err := parseCompletionBody(body)
-	if err != nil {
-		badRequest(w, err)
-		return
-	}
-	lora, loraID, ok := e.resolveModel(w, p.Model)
+	body, p, m, ok := e.request(w, r)
 	if !ok {
 		return
 	}
@@ -157,7 +160,7 @@ func (e *Engine) serveChat(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
-	e.generate(w, r, p, ids, lora, loraID, true, defaultChatMaxTokens)
+	e.generate(w, r, p, ids, m.lora, m.loraID, true, defaultChatMaxTokens)
 }
 
 // chatTokens renders a chat body with the model's template and tokenizes it
@@ -357,19 +360,12 @@ func (e *Engine) serveModels(w http.ResponseWriter, _ *http.Request) {
 // template, no special tokens by default) → {"count","max_model_len","tokens"}
 // (vllm/entrypoints/openai/serving_tokenization.py, upstream main 5ac26849).
 func (e *Engine) serveTokenize(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
+	body, p, _, ok := e.request(w, r)
 	if !ok {
 		return
 	}
-	p, err := parseCompletionBody(body)
-	if err != nil {
-		badRequest(w, err)
-		return
-	}
-	if _, _, ok := e.resolveModel(w, p.Model); !ok {
-		return
-	}
 	var ids []int
+	var err error
 	switch {
 	case len(p.Messages) > 0 && string(p.Messages) != "null":
 		if ids, err = e.chatTokens(body); err != nil {
