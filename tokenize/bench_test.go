@@ -114,9 +114,9 @@ func reportTokens(b *testing.B, tokensPerOp int) {
 	b.ReportMetric(float64(tokensPerOp), "tokens/op")
 }
 
-// BenchmarkEncodeWarm encodes the same 16 KB prompt again and again: every
-// word after the first call is a cache hit.
-func BenchmarkEncodeWarm(b *testing.B) {
+// benchEncode runs encode on the 16 KB prompt for each benchmark model
+// (segment cache off) and reports tokens/s.
+func benchEncode(b *testing.B, encode func(b *testing.B, tok *Tokenizer, text string)) {
 	text := englishPrompt(benchPromptBytes)
 	for _, name := range benchModels {
 		b.Run(name, func(b *testing.B) {
@@ -125,55 +125,45 @@ func BenchmarkEncodeWarm(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			b.ReportAllocs()
 			b.ResetTimer()
-			for b.Loop() {
-				tok.Encode(text, true)
-			}
+			encode(b, tok, text)
 			reportTokens(b, n)
 		})
 	}
+}
+
+// BenchmarkEncodeWarm encodes the same 16 KB prompt again and again: every
+// word after the first call is a cache hit.
+func BenchmarkEncodeWarm(b *testing.B) {
+	benchEncode(b, func(b *testing.B, tok *Tokenizer, text string) {
+		for b.Loop() {
+			tok.Encode(text, true)
+		}
+	})
 }
 
 // BenchmarkEncodeCold encodes the prompt with an empty word cache each
 // time, as the first call on a freshly loaded tokenizer does (the cache
 // reset is outside the timer).
 func BenchmarkEncodeCold(b *testing.B) {
-	text := englishPrompt(benchPromptBytes)
-	for _, name := range benchModels {
-		b.Run(name, func(b *testing.B) {
-			tok := withoutSegmentCache(loadTokenizer(b, name, false))
-			n := len(tok.Encode(text, true))
-			b.SetBytes(int64(len(text)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				tok.resetCaches()
-				b.StartTimer()
-				tok.Encode(text, true)
-			}
-			reportTokens(b, n)
-		})
-	}
+	benchEncode(b, func(b *testing.B, tok *Tokenizer, text string) {
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			tok.resetCaches()
+			b.StartTimer()
+			tok.Encode(text, true)
+		}
+	})
 }
 
 // BenchmarkEncodeParallel is BenchmarkEncodeWarm on every core at once.
 func BenchmarkEncodeParallel(b *testing.B) {
-	text := englishPrompt(benchPromptBytes)
-	for _, name := range benchModels {
-		b.Run(name, func(b *testing.B) {
-			tok := withoutSegmentCache(loadTokenizer(b, name, false))
-			n := len(tok.Encode(text, true))
-			b.SetBytes(int64(len(text)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					tok.Encode(text, true)
-				}
-			})
-			reportTokens(b, n)
+	benchEncode(b, func(b *testing.B, tok *Tokenizer, text string) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				tok.Encode(text, true)
+			}
 		})
-	}
+	})
 }
 
 // BenchmarkLoad measures Load and the heap a loaded tokenizer keeps

@@ -224,80 +224,64 @@ func (b *bpeModel) initialSymbols(w string, st *scratch) []symbol {
 	add := func(id int) {
 		syms = append(syms, symbol{id: int32(id)})
 	}
+	// Unknown characters become unk_token, consecutive ones fused into one
+	// when fuse_unk is set; none at all without an unk_token.
+	unkPending := false
+	known := func(id int) {
+		if unkPending {
+			add(b.unkID)
+			unkPending = false
+		}
+		add(id)
+	}
+	unknown := func() {
+		switch {
+		case b.unkID < 0:
+		case !unkPending:
+			unkPending = true
+		case !b.fuseUnk:
+			add(b.unkID)
+		}
+	}
 	if b.byteLevel {
-		unkPending := false
 		for i := 0; i < len(w); i++ {
 			if id := b.byteIDs[w[i]]; id >= 0 {
-				if unkPending {
-					add(b.unkID)
-					unkPending = false
-				}
-				add(id)
-				continue
+				known(id)
+			} else {
+				unknown()
 			}
-			if b.unkID < 0 {
-				continue
-			}
-			if b.fuseUnk && unkPending {
-				continue
-			}
-			if unkPending {
-				add(b.unkID)
-			}
-			unkPending = true
 		}
-		if unkPending {
-			add(b.unkID)
-		}
-		return syms
-	}
-	unkPending := false
-	for i := 0; i < len(w); {
-		_, n := utf8.DecodeRuneInString(w[i:])
-		ch := w[i : i+n]
-		i += n
-		if id, ok := b.vocab[ch]; ok {
-			if unkPending {
-				add(b.unkID)
-				unkPending = false
-			}
-			add(id)
-			continue
-		}
-		if b.byteFallback {
-			all := true
-			for j := 0; j < len(ch); j++ {
-				if b.fallbackIDs[ch[j]] < 0 {
-					all = false
-					break
-				}
-			}
-			if all {
-				if unkPending {
-					add(b.unkID)
-					unkPending = false
-				}
-				for j := 0; j < len(ch); j++ {
+	} else {
+		for i := 0; i < len(w); {
+			_, n := utf8.DecodeRuneInString(w[i:])
+			ch := w[i : i+n]
+			i += n
+			if id, ok := b.vocab[ch]; ok {
+				known(id)
+			} else if b.byteFallback && b.allFallback(ch) {
+				known(b.fallbackIDs[ch[0]])
+				for j := 1; j < len(ch); j++ {
 					add(b.fallbackIDs[ch[j]])
 				}
-				continue
+			} else {
+				unknown()
 			}
 		}
-		if b.unkID < 0 {
-			continue
-		}
-		if b.fuseUnk && unkPending {
-			continue
-		}
-		if unkPending {
-			add(b.unkID)
-		}
-		unkPending = true
 	}
 	if unkPending {
 		add(b.unkID)
 	}
 	return syms
+}
+
+// allFallback reports whether every byte of ch has a <0xXX> token.
+func (b *bpeModel) allFallback(ch string) bool {
+	for j := 0; j < len(ch); j++ {
+		if b.fallbackIDs[ch[j]] < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // merge applies the merges to a word, lowest rank first and leftmost among

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/kvroute/kvroute/internal/shareddata"
@@ -166,29 +165,7 @@ func TestSegmentCacheStaysBounded(t *testing.T) {
 
 func TestSegmentCacheIsSafeForConcurrentUse(t *testing.T) {
 	tok := withTinySegmentCache(loadTokenizer(t, "llama3_1", true), 32<<10) // small: evicts all the time
-	cases := readGolden(t, "llama3_1")
-	var wg sync.WaitGroup
-	errs := make(chan string, 8)
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for round := range 3 {
-				for i := range cases {
-					c := cases[(i+g*11+round)%len(cases)]
-					if got := tok.Encode(c.Text, false); !slices.Equal(got, c.NoSpecial) {
-						errs <- fmt.Sprintf("goroutine %d: %q: got %v", g, c.Text, got)
-						return
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
+	encodeConcurrently(t, tok, readGolden(t, "llama3_1"), false)
 }
 
 func TestSegmentCacheOption(t *testing.T) {
