@@ -43,7 +43,9 @@ func benchRenderer(b *testing.B, name string) *Renderer {
 	return r
 }
 
-func benchmarkRenderChat(b *testing.B, template string) {
+// benchmarkChat times parsing the 20-message body and rendering it with
+// template, then encode (when not nil) of the prompt, once per iteration.
+func benchmarkChat(b *testing.B, template string, encode func(text string, addSpecial bool) int, unit string) {
 	r := benchRenderer(b, template)
 	body := benchChatBody()
 	req, err := ParseChatRequest(body)
@@ -54,6 +56,10 @@ func benchmarkRenderChat(b *testing.B, template string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	size := len(out)
+	if encode != nil {
+		size = encode(out, req.AddSpecialTokens)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -61,11 +67,19 @@ func benchmarkRenderChat(b *testing.B, template string) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := r.RenderRequest(req); err != nil {
+		text, err := r.RenderRequest(req)
+		if err != nil {
 			b.Fatal(err)
 		}
+		if encode != nil {
+			encode(text, req.AddSpecialTokens)
+		}
 	}
-	b.ReportMetric(float64(len(out)), "prompt-bytes")
+	b.ReportMetric(float64(size), unit)
+}
+
+func benchmarkRenderChat(b *testing.B, template string) {
+	benchmarkChat(b, template, nil, "prompt-bytes")
 }
 
 // BenchmarkRenderChat20Tools_Qwen3 parses a 20-message request with tools
@@ -83,35 +97,13 @@ func BenchmarkRenderChat20Tools_Llama31(b *testing.B) {
 // tokenizer's segment cache is off, so every message is encoded afresh (its
 // word cache is warm, the steady state of a server).
 func benchmarkRenderTokenize(b *testing.B, template, tokenizer string) {
-	r := benchRenderer(b, template)
 	tok, err := tokenize.LoadWithOptions(shareddata.TokenizerDir(b, tokenizer), tokenize.Options{SegmentCacheBytes: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := benchChatBody()
-	req, err := ParseChatRequest(body)
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := r.RenderRequest(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	n := len(tok.Encode(out, req.AddSpecialTokens))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		req, err := ParseChatRequest(body)
-		if err != nil {
-			b.Fatal(err)
-		}
-		text, err := r.RenderRequest(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		tok.Encode(text, req.AddSpecialTokens)
-	}
-	b.ReportMetric(float64(n), "prompt-tokens")
+	benchmarkChat(b, template, func(text string, addSpecial bool) int {
+		return len(tok.Encode(text, addSpecial))
+	}, "prompt-tokens")
 }
 
 // BenchmarkRenderTokenizeChat20Tools_Qwen3: the 20-message chat with tools,
