@@ -13,6 +13,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/modelchat"
 	"github.com/kvroute/kvroute/internal/shareddata"
 	"github.com/kvroute/kvroute/tokenize"
 )
@@ -34,9 +35,7 @@ func loadQwen(b *testing.B) (*tokenize.Tokenizer, *chattemplate.ChatTemplates) {
 		if qwenTok, qwenErr = tokenize.Load(dir); qwenErr != nil {
 			return
 		}
-		c := qwenTok.Config()
-		qwenChat, qwenErr = chattemplate.NewChatTemplates("", c.ChatTemplate,
-			chattemplate.Specials{BOS: c.BOSToken, EOS: c.EOSToken, Unk: c.UnkToken, Pad: c.PadToken}, time.Now)
+		qwenChat, qwenErr = modelchat.Load(qwenTok, dir, "", time.Now)
 	})
 	if qwenErr != nil {
 		b.Fatal(qwenErr)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/modelchat"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -33,7 +34,7 @@ func loadPoolParts(p *config.Pool, baseDir string, now func() time.Time) (poolPa
 	if p.ChatTemplate != "" {
 		templateFile = resolve(baseDir, p.ChatTemplate)
 	}
-	ct, err := chattemplate.ForTokenizer(path, templateFile, tok.Config().ChatTemplate, specialsOf(tok), now)
+	ct, err := modelchat.Load(tok, path, templateFile, now)
 	switch {
 	case errors.Is(err, chattemplate.ErrNoTemplate):
 		return pp, nil
@@ -61,11 +62,4 @@ func (c chatRenderer) RenderChat(body []byte) (string, error) {
 		return "", err
 	}
 	return c.ct.RenderRequest(req)
-}
-
-// specialsOf is tokenizer_config.json's special-token strings, as chat
-// templates see them.
-func specialsOf(tok *tokenize.Tokenizer) chattemplate.Specials {
-	c := tok.Config()
-	return chattemplate.Specials{BOS: c.BOSToken, EOS: c.EOSToken, Unk: c.UnkToken, Pad: c.PadToken}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/chattemplate"
+	"github.com/kvroute/kvroute/internal/modelchat"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -110,7 +111,7 @@ func runTokenize(_ context.Context, args []string, std stdio) error {
 // >= 4.43 saves it there, and it wins), else tokenizer_config.json's
 // chat_template — the order `kvroute serve` uses for a pool.
 func encodeChat(tok *tokenize.Tokenizer, tokenizerPath, templateFile string, now func() time.Time, body []byte) (string, []int, error) {
-	templates, err := chattemplate.ForTokenizer(tokenizerPath, templateFile, tok.Config().ChatTemplate, specialsOf(tok), now)
+	templates, err := modelchat.Load(tok, tokenizerPath, templateFile, now)
 	if err != nil {
 		return "", nil, err
 	}
@@ -141,11 +142,4 @@ func writeIDs(w io.Writer, ids []int) {
 	}
 	buf = append(buf, ']', '\n')
 	w.Write(buf)
-}
-
-// specialsOf is tokenizer_config.json's special-token strings, as chat
-// templates see them.
-func specialsOf(tok *tokenize.Tokenizer) chattemplate.Specials {
-	c := tok.Config()
-	return chattemplate.Specials{BOS: c.BOSToken, EOS: c.EOSToken, Unk: c.UnkToken, Pad: c.PadToken}
 }

@@ -1,4 +1,4 @@
-package chattemplate
+package modelchat
 
 import (
 	"errors"
@@ -6,12 +6,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
-// TestForTokenizerPrecedence checks the template order: --chat-template file
+// TestLoadPrecedence checks the template order: --chat-template file
 // > chat_template.jinja beside the tokenizer > tokenizer_config.json.
-func TestForTokenizerPrecedence(t *testing.T) {
+func TestLoadPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {
 		t.Helper()
@@ -32,11 +33,11 @@ func TestForTokenizerPrecedence(t *testing.T) {
 	}
 	render := func(tok *tokenize.Tokenizer, path, file string) string {
 		t.Helper()
-		ct, err := forTok(tok, path, file)
+		ct, err := Load(tok, path, file, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, err := ParseChatRequest([]byte(`{"messages":[{"role":"user","content":"x"}]}`))
+		req, err := chattemplate.ParseChatRequest([]byte(`{"messages":[{"role":"user","content":"x"}]}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,15 +48,15 @@ func TestForTokenizerPrecedence(t *testing.T) {
 		return out
 	}
 
-	if _, err := forTok(load(), dir, ""); !errors.Is(err, ErrNoTemplate) {
-		t.Fatalf("no template anywhere: err %v, want ErrNoTemplate", err)
+	if _, err := Load(load(), dir, "", nil); !errors.Is(err, chattemplate.ErrNoTemplate) {
+		t.Fatalf("no template anywhere: err %v, want chattemplate.ErrNoTemplate", err)
 	}
 	write("tokenizer_config.json", `{"chat_template":"config {{ bos_token }}","bos_token":"<B>"}`)
 	tok := load()
 	if got := render(tok, dir, ""); got != "config <B>" {
 		t.Errorf("config template: got %q", got)
 	}
-	write(ChatTemplateFile, "jinja {{ messages[0].content }}")
+	write(chattemplate.ChatTemplateFile, "jinja {{ messages[0].content }}")
 	if got := render(tok, filepath.Join(dir, "tokenizer.json"), ""); got != "jinja x" {
 		t.Errorf("chat_template.jinja beside tokenizer.json: got %q", got)
 	}
@@ -63,13 +64,7 @@ func TestForTokenizerPrecedence(t *testing.T) {
 	if got := render(tok, dir, file); got != "file" {
 		t.Errorf("template file: got %q", got)
 	}
-	if _, err := forTok(tok, dir, filepath.Join(dir, "missing.jinja")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := Load(tok, dir, filepath.Join(dir, "missing.jinja"), nil); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing template file: err %v", err)
 	}
-}
-
-// forTok calls ForTokenizer with a loaded tokenizer's config, as callers do.
-func forTok(tok *tokenize.Tokenizer, path, file string) (*ChatTemplates, error) {
-	cfg := tok.Config()
-	return ForTokenizer(path, file, cfg.ChatTemplate, Specials{BOS: cfg.BOSToken, EOS: cfg.EOSToken, Unk: cfg.UnkToken, Pad: cfg.PadToken}, nil)
 }
