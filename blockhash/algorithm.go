@@ -9,7 +9,8 @@
 // request and from a BlockStored event.
 //
 // Source of truth: vllm/utils/hashing.py and vllm/v1/core/kv_cache_utils.py at
-// upstream main 5ac26849 (2026-08-07), as specified in ../shared/VLLM.md §2.
+// upstream main 5ac26849 (2026-08-07); docs/BLOCKHASH.md describes the scheme
+// and testdata/vllm/ holds vLLM's own outputs.
 package blockhash
 
 import (

@@ -6,16 +6,11 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
-// typedKey is the vectors' typed JSON for an extra key: {"t": str|int|bytes|tuple|list, "v": …}.
-type typedKey struct {
-	T string          `json:"t"`
-	V json.RawMessage `json:"v"`
-}
-
-func (k typedKey) value(t *testing.T) Value {
+// typedValue turns a vector's typed extra key into a Value.
+func typedValue(t *testing.T, k testdata.TypedKey) Value {
 	t.Helper()
 	switch k.T {
 	case "str":
@@ -35,11 +30,11 @@ func (k typedKey) value(t *testing.T) Value {
 		}
 		return Bytes(b)
 	case "tuple", "list":
-		var items []typedKey
+		var items []testdata.TypedKey
 		mustUnmarshal(t, k.V, &items)
 		vs := make([]Value, len(items))
 		for i, it := range items {
-			vs[i] = it.value(t)
+			vs[i] = typedValue(t, it)
 		}
 		return Tuple(vs...)
 	}
@@ -48,11 +43,11 @@ func (k typedKey) value(t *testing.T) Value {
 }
 
 // extraKeys turns a block's typed extra keys (a tuple or null) into []Value.
-func extraKeys(t *testing.T, k *typedKey) []Value {
+func extraKeys(t *testing.T, k *testdata.TypedKey) []Value {
 	if k == nil {
 		return nil
 	}
-	v := k.value(t)
+	v := typedValue(t, *k)
 	if v.kind != kindTuple {
 		t.Fatalf("extra keys are a %q, want a tuple", k.T)
 	}
@@ -75,57 +70,8 @@ func mustHex(t *testing.T, s string) []byte {
 	return b
 }
 
-type hashVectors struct {
-	NoneHashTable []struct {
-		Algo        string `json:"algo"`
-		Seed        string `json:"PYTHONHASHSEED"`
-		PreimageHex string `json:"preimage_hex"`
-		DigestHex   string `json:"digest_hex"`
-	} `json:"none_hash_table"`
-	Vectors []struct {
-		Case      string `json:"case"`
-		Algo      string `json:"algo"`
-		Seed      string `json:"PYTHONHASHSEED"`
-		BlockSize int    `json:"block_size"`
-		Inputs    struct {
-			TokenIDs   []uint64        `json:"token_ids"`
-			CacheSalt  *string         `json:"cache_salt"`
-			LoRAName   *string         `json:"lora_name"`
-			MMFeatures json.RawMessage `json:"mm_features"`
-			Embeds     *string         `json:"prompt_embeds"`
-		} `json:"inputs"`
-		NoneHash struct {
-			DigestHex string `json:"digest_hex"`
-		} `json:"none_hash"`
-		Blocks []struct {
-			Index       int       `json:"index"`
-			TokenRange  [2]int    `json:"token_range"`
-			TokenIDs    []uint64  `json:"token_ids"`
-			ParentHex   *string   `json:"parent_digest_hex"`
-			ExtraKeys   *typedKey `json:"extra_keys"`
-			PreimageHex string    `json:"preimage_hex"`
-			DigestHex   string    `json:"digest_hex"`
-			EventU64    uint64    `json:"event_hash_u64"`
-		} `json:"blocks"`
-	} `json:"vectors"`
-	CoarseView []struct {
-		Algo           string   `json:"algo"`
-		Seed           string   `json:"PYTHONHASHSEED"`
-		HashBlockSize  int      `json:"hash_block_size"`
-		BlockSize      int      `json:"block_size"`
-		FineHex        []string `json:"fine_digests_hex"`
-		CoarseHex      []string `json:"coarse_digests_hex"`
-		CoarseEventU64 []uint64 `json:"coarse_event_hash_u64"`
-	} `json:"coarse_view"`
-}
-
-func loadHashVectors(t *testing.T) hashVectors {
-	var v hashVectors
-	mustUnmarshal(t, shareddata.Read(t, "vectors/vllm_block_hashes.json"), &v)
-	if len(v.Vectors) == 0 || len(v.NoneHashTable) == 0 || len(v.CoarseView) == 0 {
-		t.Fatal("vectors: empty sections")
-	}
-	return v
+func loadHashVectors(t *testing.T) *testdata.BlockHashVectors {
+	return testdata.LoadBlockHashVectors(t)
 }
 
 func newTestEngine(t *testing.T, algo, seed string, blockSize int) *Engine {
@@ -268,24 +214,7 @@ func TestCoarseViewMatchesVLLM(t *testing.T) {
 }
 
 func TestLegacySHA256CBOR64BitMatchesVLLM(t *testing.T) {
-	var v struct {
-		Vectors []struct {
-			Seed      string  `json:"PYTHONHASHSEED"`
-			BlockSize int     `json:"block_size"`
-			CacheSalt *string `json:"cache_salt"`
-			NoneU64   uint64  `json:"none_hash_u64"`
-			Blocks    []struct {
-				TokenIDs    []uint64  `json:"token_ids"`
-				ExtraKeys   *typedKey `json:"extra_keys"`
-				PreimageHex string    `json:"preimage_hex"`
-				HashU64     uint64    `json:"hash_u64"`
-			} `json:"blocks"`
-		} `json:"vectors"`
-	}
-	mustUnmarshal(t, shareddata.Read(t, "vectors/vllm_block_hashes_legacy.json"), &v)
-	if len(v.Vectors) == 0 {
-		t.Fatal("no legacy vectors")
-	}
+	v := testdata.LoadLegacyHashVectors(t)
 	for _, c := range v.Vectors {
 		seed := c.Seed
 		e, err := NewEngine(SHA256CBOR64Bit, &seed, c.BlockSize)

@@ -1,12 +1,11 @@
 package chattemplate
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -32,10 +31,7 @@ func benchChatBody() []byte {
 }
 
 func benchRenderer(b *testing.B, name string) *Renderer {
-	var templates map[string]string
-	if err := json.Unmarshal(shareddataRead(b, "chat_templates/templates.json"), &templates); err != nil {
-		b.Fatal(err)
-	}
+	templates := testdata.ChatTemplates(b)
 	r, err := NewRenderer(templates[name], conformanceSpecials, frozenNow)
 	if err != nil {
 		b.Fatal(err)
@@ -97,7 +93,7 @@ func BenchmarkRenderChat20Tools_Llama31(b *testing.B) {
 // tokenizer's segment cache is off, so every message is encoded afresh (its
 // word cache is warm, the steady state of a server).
 func benchmarkRenderTokenize(b *testing.B, template, tokenizer string) {
-	tok, err := tokenize.LoadWithOptions(shareddata.TokenizerDir(b, tokenizer), tokenize.Options{SegmentCacheBytes: -1})
+	tok, err := tokenize.LoadWithOptions(testdata.TokenizerDir(b, tokenizer), tokenize.Options{SegmentCacheBytes: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

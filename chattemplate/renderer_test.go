@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 var conformanceSpecials = Specials{BOS: "<s>", EOS: "</s>", Unk: "<unk>", Pad: "<pad>"}
@@ -331,12 +331,6 @@ func TestParseChatRequestKeepsKeyOrderAndFields(t *testing.T) {
 	}
 }
 
-// tokenizerCacheDir is where scripts/fetch-testdata.sh puts the real
-// tokenizer files (module root/.cache/tokenizers/<name>/).
-func tokenizerCacheDir(name string) string {
-	return filepath.Join("..", ".cache", "tokenizers", name)
-}
-
 // specialsFromConfig reads bos/eos/unk/pad from tokenizer_config.json,
 // where each is a string or an AddedToken object with "content".
 func specialsFromConfig(t *testing.T, cfg map[string]json.RawMessage) Specials {
@@ -364,26 +358,14 @@ func specialsFromConfig(t *testing.T, cfg map[string]json.RawMessage) Specials {
 // each model's real tokenizer_config.json (template and special tokens)
 // through the vLLM request path and compares the prompt text.
 func TestChatGoldenTextEndToEnd(t *testing.T) {
-	var golden []struct {
-		Model string  `json:"model"`
-		Conv  string  `json:"conv"`
-		Text  *string `json:"text"`
-		Err   *string `json:"err"`
-	}
-	if err := json.Unmarshal(shareddata.Read(t, "tokenizers/chat_golden.json"), &golden); err != nil {
-		t.Fatal(err)
-	}
-	_, convs, _ := loadConformance(t)
+	golden := testdata.ChatGoldens(t)
+	convs := loadConversations(t)
 	models := map[string]*ChatTemplates{}
 	for _, g := range golden {
 		t.Run(g.Model+"/"+g.Conv, func(t *testing.T) {
 			c, ok := models[g.Model]
 			if !ok {
-				path := filepath.Join(tokenizerCacheDir(g.Model), "tokenizer_config.json")
-				raw, err := os.ReadFile(path)
-				if errors.Is(err, os.ErrNotExist) {
-					t.Skipf("%s absent: run `make testdata` (scripts/fetch-testdata.sh) to fetch the real tokenizer files", path)
-				}
+				raw, err := os.ReadFile(filepath.Join(testdata.TokenizerDir(t, g.Model), "tokenizer_config.json"))
 				if err != nil {
 					t.Fatal(err)
 				}

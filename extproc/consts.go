@@ -7,7 +7,7 @@ package extproc
 // The wire contract with Envoy, in one place. Sources of truth: the GIE
 // endpoint-picker protocol (docs/proposals/004-endpoint-picker-protocol,
 // pkg/epp/metadata/consts.go) and Envoy's ext_proc filter (ext_proc.cc,
-// processor_state.cc, v1.40 protos) as summarised in ../shared/ENVOY.md.
+// processor_state.cc, v1.40 protos).
 const (
 	// HeaderDestination carries the chosen replica's ip:port; an ORIGINAL_DST
 	// cluster with use_http_header dials it.

@@ -14,7 +14,7 @@ import (
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/modelchat"
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -30,7 +30,7 @@ var (
 )
 
 func loadQwen(b *testing.B) (*tokenize.Tokenizer, *chattemplate.ChatTemplates) {
-	dir := shareddata.TokenizerDir(b, "qwen3")
+	dir := testdata.TokenizerDir(b, "qwen3")
 	qwenOnce.Do(func() {
 		if qwenTok, qwenErr = tokenize.Load(dir); qwenErr != nil {
 			return

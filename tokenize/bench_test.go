@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/chattemplate"
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // benchWords is a fixed vocabulary of common English words the benchmark
@@ -171,7 +171,7 @@ func BenchmarkEncodeParallel(b *testing.B) {
 func BenchmarkLoad(b *testing.B) {
 	for _, name := range benchModels {
 		b.Run(name, func(b *testing.B) {
-			dir := shareddata.TokenizerDir(b, name)
+			dir := testdata.TokenizerDir(b, name)
 			var ms runtime.MemStats
 			var heapBytes float64
 			for i := 0; i < b.N; i++ {

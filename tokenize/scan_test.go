@@ -1,14 +1,13 @@
 package tokenize
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // scannerPatterns lists every hand-written scanner by its pattern.
@@ -81,10 +80,7 @@ func compiledPair(t testing.TB, name, pattern string) (scanFinder, regexFinder) 
 }
 
 func TestScannersEqualRegexp2(t *testing.T) {
-	var texts []string
-	if err := json.Unmarshal(shareddata.Read(t, "tokenizers/cases.json"), &texts); err != nil {
-		t.Fatal(err)
-	}
+	texts := testdata.TokenizerTexts(t)
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 4000 {
 		texts = append(texts, randomText(r, 24))
@@ -153,10 +149,7 @@ func TestCharacterClassesEqualRegexp2(t *testing.T) {
 }
 
 func fuzzScanner(f *testing.F, name, pattern string) {
-	var texts []string
-	if err := json.Unmarshal(shareddata.Read(f, "tokenizers/cases.json"), &texts); err != nil {
-		f.Fatal(err)
-	}
+	texts := testdata.TokenizerTexts(f)
 	for _, s := range texts {
 		f.Add(s)
 	}

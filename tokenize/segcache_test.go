@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // withTinySegmentCache returns a copy of t whose segment cache takes every
@@ -65,17 +65,12 @@ func TestSegmentCacheKeepsGoldenIDs(t *testing.T) {
 		})
 	}
 	t.Run("chat", func(t *testing.T) {
-		var convs []struct {
-			Model string `json:"model"`
-			Text  string `json:"text"`
-			IDs   []int  `json:"ids"`
-		}
-		if err := json.Unmarshal(shareddata.Read(t, "tokenizers/chat_golden.json"), &convs); err != nil {
-			t.Fatal(err)
-		}
+		convs := testdata.ChatGoldens(t)
 		byModel := map[string][]check{}
 		for _, c := range convs {
-			byModel[c.Model] = append(byModel[c.Model], check{c.Text, false, c.IDs})
+			if c.Text != nil {
+				byModel[c.Model] = append(byModel[c.Model], check{*c.Text, false, c.IDs})
+			}
 		}
 		for model, checks := range byModel {
 			run(t, loadTokenizer(t, model, false), checks)

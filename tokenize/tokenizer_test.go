@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // TestSyntheticTokenizersMatchRustLibrary covers components the eight real
@@ -80,7 +80,7 @@ func TestClassRulesAddBOSLikeTransformers(t *testing.T) {
 			wantRule := map[string]bool{"deepseek_v3": true, "gemma3": true, "llama2": true}[name]
 			if name == "deepseek_v3" {
 				// Load itself, not the test's derived copy.
-				loaded, err := Load(shareddata.TokenizerDir(t, name))
+				loaded, err := Load(testdata.TokenizerDir(t, name))
 				if err != nil {
 					t.Fatal(err)
 				}

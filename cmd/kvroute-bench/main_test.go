@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
@@ -59,7 +59,7 @@ func TestRunRejectsBadListsBeforeStarting(t *testing.T) {
 // TestRunWritesTableAndChart runs a tiny benchmark end to end through the
 // command: two engines, one rate, two policies.
 func TestRunWritesTableAndChart(t *testing.T) {
-	tok := shareddata.TokenizerDir(t, "qwen3")
+	tok := testdata.TokenizerDir(t, "qwen3")
 	dir := t.TempDir()
 	code, out, errs := runCmd(t, "run", "--out", dir, "--tokenizer", tok, "--replicas", "2", "--num-blocks", "64",
 		"--workloads", "no-sharing", "--unique-words", "60", "--rates", "20", "--phase-duration", "500ms", "--min-requests", "8",

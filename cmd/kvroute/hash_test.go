@@ -8,35 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // TestHashCommandReproducesVectors runs `kvroute hash` on every vector whose
 // extra keys the CLI can express (LoRA, cache_salt) and compares its lines
 // with vLLM's digests and event values.
 func TestHashCommandReproducesVectors(t *testing.T) {
-	var v struct {
-		Vectors []struct {
-			Case      string `json:"case"`
-			Algo      string `json:"algo"`
-			Seed      string `json:"PYTHONHASHSEED"`
-			BlockSize int    `json:"block_size"`
-			Inputs    struct {
-				TokenIDs   []uint64        `json:"token_ids"`
-				CacheSalt  *string         `json:"cache_salt"`
-				LoRAName   *string         `json:"lora_name"`
-				MMFeatures json.RawMessage `json:"mm_features"`
-				Embeds     *string         `json:"prompt_embeds"`
-			} `json:"inputs"`
-			Blocks []struct {
-				DigestHex string `json:"digest_hex"`
-				EventU64  uint64 `json:"event_hash_u64"`
-			} `json:"blocks"`
-		} `json:"vectors"`
-	}
-	if err := json.Unmarshal(shareddata.Read(t, "vectors/vllm_block_hashes.json"), &v); err != nil {
-		t.Fatal(err)
-	}
+	v := testdata.LoadBlockHashVectors(t)
 	checked := 0
 	for _, c := range v.Vectors {
 		if c.Inputs.Embeds != nil || string(c.Inputs.MMFeatures) != "[]" {

@@ -8,27 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
-
-// tokenizeGolden is one case of ../shared/tokenizers/golden/<name>.json.
-type tokenizeGolden struct {
-	Text        string `json:"text"`
-	WithSpecial []int  `json:"with_special"`
-	NoSpecial   []int  `json:"no_special"`
-}
-
-func readTokenizeGolden(t *testing.T, name string) []tokenizeGolden {
-	t.Helper()
-	var cases []tokenizeGolden
-	if err := json.Unmarshal(shareddata.Read(t, "tokenizers/golden/"+name+".json"), &cases); err != nil {
-		t.Fatal(err)
-	}
-	if len(cases) == 0 {
-		t.Fatalf("golden %s has no cases", name)
-	}
-	return cases
-}
 
 func idsJSON(ids []int) string {
 	b, _ := json.Marshal(ids)
@@ -40,8 +21,8 @@ func idsJSON(ids []int) string {
 // tokenizer.json adds BOS itself, so the raw goldens are vLLM's ids too), in
 // text and --jsonl modes, with and without special tokens.
 func TestTokenizeCommandMatchesGoldens(t *testing.T) {
-	dir := shareddata.TokenizerDir(t, "llama3_1")
-	cases := readTokenizeGolden(t, "llama3_1")
+	dir := testdata.TokenizerDir(t, "llama3_1")
+	cases := testdata.TokenizerGolden(t, "llama3_1")
 	// Text mode, one process per text: the first case with special
 	// tokens, the second without.
 	if _, out, errs := runCLI(t, cases[0].Text, "tokenize", "--tokenizer", dir); out != idsJSON(cases[0].WithSpecial) {
@@ -73,17 +54,9 @@ func TestTokenizeCommandMatchesGoldens(t *testing.T) {
 // as /v1/chat/completions bodies through `kvroute tokenize --chat` (the
 // model's own template, add_special_tokens false) and compares the ids.
 func TestTokenizeChatMatchesChatGoldens(t *testing.T) {
-	var golden []struct {
-		Model string `json:"model"`
-		Conv  string `json:"conv"`
-		Text  string `json:"text"`
-		IDs   []int  `json:"ids"`
-	}
-	if err := json.Unmarshal(shareddata.Read(t, "tokenizers/chat_golden.json"), &golden); err != nil {
-		t.Fatal(err)
-	}
+	golden := testdata.ChatGoldens(t)
 	var convs map[string]json.RawMessage
-	if err := json.Unmarshal(shareddata.Read(t, "chat_templates/conversations.json"), &convs); err != nil {
+	if err := json.Unmarshal(testdata.Conversations(t), &convs); err != nil {
 		t.Fatal(err)
 	}
 	checked := 0
@@ -95,7 +68,7 @@ func TestTokenizeChatMatchesChatGoldens(t *testing.T) {
 		}
 		want := g.IDs
 		body := strings.TrimSuffix(strings.TrimSpace(string(convs[g.Conv])), "}") + `, "model": "m"}`
-		code, out, errs := runCLI(t, body, "tokenize", "--tokenizer", shareddata.TokenizerDir(t, g.Model), "--chat", "--now", "2026-01-15T09:30:00Z")
+		code, out, errs := runCLI(t, body, "tokenize", "--tokenizer", testdata.TokenizerDir(t, g.Model), "--chat", "--now", "2026-01-15T09:30:00Z")
 		var got struct {
 			Prompt *string `json:"prompt"`
 			IDs    []int   `json:"ids"`
@@ -103,8 +76,8 @@ func TestTokenizeChatMatchesChatGoldens(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
 			t.Fatalf("%s/%s: exit %d, stderr %q, stdout %q (%v)", g.Model, g.Conv, code, errs, out, err)
 		}
-		if got.Prompt == nil || *got.Prompt != g.Text {
-			t.Errorf("%s/%s: prompt %q, want %q", g.Model, g.Conv, deref(got.Prompt), g.Text)
+		if got.Prompt == nil || g.Text == nil || *got.Prompt != *g.Text {
+			t.Errorf("%s/%s: prompt %q, want %q", g.Model, g.Conv, deref(got.Prompt), deref(g.Text))
 		}
 		if !slices.Equal(got.IDs, want) {
 			t.Errorf("%s/%s:\n got %v\nwant %v", g.Model, g.Conv, got.IDs, want)
@@ -117,7 +90,7 @@ func TestTokenizeChatMatchesChatGoldens(t *testing.T) {
 }
 
 func TestTokenizeCommandErrors(t *testing.T) {
-	dir := shareddata.TokenizerDir(t, "qwen3")
+	dir := testdata.TokenizerDir(t, "qwen3")
 	bad := filepath.Join(t.TempDir(), "tokenizer.json")
 	if err := os.WriteFile(bad, []byte(`{"model":{"type":"Unigram"}}`), 0o600); err != nil {
 		t.Fatal(err)

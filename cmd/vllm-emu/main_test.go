@@ -18,7 +18,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/ingest"
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // syncBuffer is an io.Writer safe for the logger and the test to share.
@@ -106,7 +106,7 @@ var eventsRE = regexp.MustCompile(`events=(tcp://[0-9.]+:[0-9]+(?:,tcp://[0-9.]+
 func TestRunServesEmulatedVLLM(t *testing.T) {
 	t.Setenv("PYTHONHASHSEED", "0")
 	addr, logs, stop := startRun(t,
-		"--model", "Qwen/Qwen3-8B", "--tokenizer", shareddata.TokenizerDir(t, "qwen3"), "--port", "0",
+		"--model", "Qwen/Qwen3-8B", "--tokenizer", testdata.TokenizerDir(t, "qwen3"), "--port", "0",
 		"--num-gpu-blocks-override", "64", "--max-num-seqs", "4",
 		"--kv-events-config", `{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0","topic":"kv","buffer_steps":100}`,
 		"--lora-modules", "sql-lora=/adapters/sql", "chat-lora=/adapters/chat",
@@ -226,7 +226,7 @@ func TestRunServesEmulatedVLLM(t *testing.T) {
 
 func TestRunDataParallelRanks(t *testing.T) {
 	addr, logs, stop := startRun(t,
-		"--model", "m", "--tokenizer", shareddata.TokenizerDir(t, "qwen3"), "--port", "0",
+		"--model", "m", "--tokenizer", testdata.TokenizerDir(t, "qwen3"), "--port", "0",
 		"--data-parallel-size", "2", "--num-gpu-blocks-override", "64",
 		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0"}`,
 		"--emu-prefill-per-token", "1us", "--emu-decode-per-token", "1us")
@@ -251,7 +251,7 @@ func TestRunDataParallelRanks(t *testing.T) {
 }
 
 func TestRunFlagErrors(t *testing.T) {
-	tok := shareddata.TokenizerDir(t, "qwen3")
+	tok := testdata.TokenizerDir(t, "qwen3")
 	tests := []struct {
 		name string
 		args []string

@@ -15,7 +15,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/routebench"
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/server"
 	"github.com/kvroute/kvroute/tokenize"
 )
@@ -26,7 +26,7 @@ import (
 // label names.
 func liveMetrics(t *testing.T) map[string][]string {
 	t.Helper()
-	tokDir := shareddata.TokenizerDir(t, "qwen3")
+	tokDir := testdata.TokenizerDir(t, "qwen3")
 	tok, err := tokenize.Load(tokDir)
 	if err != nil {
 		t.Fatal(err)

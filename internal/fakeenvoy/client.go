@@ -2,8 +2,7 @@
 // and an ORIGINAL_DST-style loopback gateway, for tests and the demo: no Envoy
 // binary can run here. It follows Envoy's behaviour as read from
 // source/extensions/filters/http/ext_proc/{ext_proc,processor_state,
-// mutation_utils}.cc and the v1.40 ext_proc protos (summarised in
-// ../shared/ENVOY.md §2 and §5.2): header and body ordering per body mode,
+// mutation_utils}.cc and the v1.40 ext_proc protos: header and body ordering per body mode,
 // raw_value headers, mutation rules, the content-length check, the 413 above
 // the buffer limit, ImmediateResponse without a status becoming 200, and
 // streams ended by half-close (io.EOF) or reset (Canceled).

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/config"
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // TestKVRouteBeatsRoundRobinOnSharedPrefixes runs the whole harness small:
@@ -19,7 +19,7 @@ import (
 // evicting one document for the other; kvroute must send each document's
 // requests where it is cached, so its hit rate is higher.
 func TestKVRouteBeatsRoundRobinOnSharedPrefixes(t *testing.T) {
-	tok := shareddata.TokenizerDir(t, "qwen3")
+	tok := testdata.TokenizerDir(t, "qwen3")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	o := BenchOptions{

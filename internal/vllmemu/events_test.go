@@ -20,48 +20,10 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/ingest"
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
-// eventVectors is the part of vectors/vllm_kv_events.json the tests use.
-type eventVectors struct {
-	TSUsed    float64 `json:"ts_used"`
-	Scenarios []struct {
-		Algo      string              `json:"algo"`
-		Seed      string              `json:"PYTHONHASHSEED"`
-		IntHashes bool                `json:"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"`
-		BlockSize int                 `json:"block_size"`
-		Digests   map[string][]string `json:"request_block_digests_hex"`
-		Steps     []struct {
-			Step      string `json:"step"`
-			Payload   string `json:"payload_hex"`
-			LegacyHex string `json:"legacy_array_payload_hex"`
-		} `json:"steps"`
-	} `json:"scenarios"`
-	Minimal struct {
-		Payload string `json:"payload_hex"`
-	} `json:"minimal"`
-	ZMQ struct {
-		Topic        string     `json:"topic"`
-		Live         [][]string `json:"live_frames_hex"`
-		ReplaySent   []string   `json:"replay_request_frames_sent_by_DEALER_hex"`
-		ReplayFrom1  [][]string `json:"replay_response_frames_received_by_DEALER_hex"`
-		ReplayFrom99 [][]string `json:"replay_request_start_99_response_hex"`
-	} `json:"zmq"`
-	EndpointOffsets map[string]string `json:"endpoint_offsets"`
-}
-
-func loadEventVectors(t *testing.T) *eventVectors {
-	t.Helper()
-	var v eventVectors
-	if err := json.Unmarshal(shareddata.Read(t, "vectors/vllm_kv_events.json"), &v); err != nil {
-		t.Fatalf("decode vectors: %v", err)
-	}
-	if len(v.Scenarios) == 0 || v.TSUsed == 0 {
-		t.Fatal("vectors: no scenarios")
-	}
-	return &v
-}
+func loadEventVectors(t *testing.T) *testdata.KVEventVectors { return testdata.LoadKVEventVectors(t) }
 
 func digestsHex(ds []blockhash.Digest) []string {
 	out := make([]string, len(ds))
@@ -141,8 +103,8 @@ func TestEventPayloadsMatchVLLMBlockPool(t *testing.T) {
 				}
 				rank := 0
 				b := eventBatch{ts: v.TSUsed, events: events, dpRank: &rank}
-				if got := hex.EncodeToString(encodeBatch(nil, &b, false)); got != st.Payload {
-					t.Errorf("step %s map layout:\n got %s\nwant %s", st.Step, got, st.Payload)
+				if got := hex.EncodeToString(encodeBatch(nil, &b, false)); got != st.PayloadHex {
+					t.Errorf("step %s map layout:\n got %s\nwant %s", st.Step, got, st.PayloadHex)
 				}
 				if st.LegacyHex != "" {
 					if got := hex.EncodeToString(encodeBatch(nil, &b, true)); got != st.LegacyHex {
@@ -169,8 +131,8 @@ func TestMinimalBatchMatchesVLLM(t *testing.T) {
 		{kind: kindBlockRemoved, hashes: []blockHash{{value: 1}}},
 		{kind: kindAllBlocksCleared},
 	}}
-	if got := hex.EncodeToString(encodeBatch(nil, &b, false)); got != v.Minimal.Payload {
-		t.Errorf("minimal:\n got %s\nwant %s", got, v.Minimal.Payload)
+	if got := hex.EncodeToString(encodeBatch(nil, &b, false)); got != v.Minimal.PayloadHex {
+		t.Errorf("minimal:\n got %s\nwant %s", got, v.Minimal.PayloadHex)
 	}
 }
 
@@ -339,8 +301,8 @@ func TestZMQFramesMatchVLLMPublisher(t *testing.T) {
 			}
 		}
 	}
-	replay(v.ZMQ.ReplaySent, v.ZMQ.ReplayFrom1)
-	replay([]string{"", "0000000000000063"}, v.ZMQ.ReplayFrom99)
+	replay(v.ZMQ.ReplayRequest, v.ZMQ.ReplayResponse)
+	replay([]string{"", "0000000000000063"}, v.ZMQ.Replay99)
 }
 
 // eventHashValue is the 64-bit value of an int-mode event hash.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -21,7 +21,7 @@ var (
 // qwen3 loads the real Qwen3 tokenizer once for the whole test binary.
 func qwen3(t testing.TB) *tokenize.Tokenizer {
 	t.Helper()
-	dir := shareddata.TokenizerDir(t, "qwen3")
+	dir := testdata.TokenizerDir(t, "qwen3")
 	qwenOnce.Do(func() { qwenTok, qwenErr = tokenize.Load(dir) })
 	if qwenErr != nil {
 		t.Fatalf("load qwen3 tokenizer: %v", qwenErr)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // serve starts an engine with the qwen3 tokenizer and chat template behind
@@ -20,7 +20,7 @@ import (
 func serve(t *testing.T, mod func(*Options)) (*Engine, string) {
 	t.Helper()
 	opts := fastOptions(t)
-	ct, err := LoadChatTemplates(opts.Tokenizer, shareddata.TokenizerDir(t, "qwen3"), "")
+	ct, err := LoadChatTemplates(opts.Tokenizer, testdata.TokenizerDir(t, "qwen3"), "")
 	if err != nil || ct == nil {
 		t.Fatalf("qwen3 chat template: %v (nil=%v)", err, ct == nil)
 	}

@@ -5,7 +5,8 @@
 // older one. Tests of kvroute's ingest use it, and so can the vLLM emulator.
 //
 // Source of truth: vllm/distributed/kv_events.py (ZmqEventPublisher) at
-// upstream main 5ac26849, as specified in ../shared/VLLM.md §4.
+// upstream main 5ac26849; the frames it must produce are in
+// testdata/vllm/vllm_kv_events.json ("zmq").
 package vllmzmq
 
 import (
