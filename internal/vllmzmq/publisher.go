@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"sync"
 	"time"
 
@@ -163,11 +164,20 @@ func (p *Publisher) WaitSubscribed(ctx context.Context) error {
 // Close closes both sockets and waits for the replay server to stop.
 func (p *Publisher) Close() error {
 	p.cancel()
-	err := p.pub.Close()
+	err := closedIsFine(p.pub.Close())
 	if p.router != nil {
-		err = errors.Join(err, p.router.Close())
+		err = errors.Join(err, closedIsFine(p.router.Close()))
 	}
 	<-p.done
+	return err
+}
+
+// closedIsFine drops net.ErrClosed: cancelling the sockets' context may have
+// closed their connections before Close, which is the shutdown asked for.
+func closedIsFine(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
 	return err
 }
 
