@@ -1,4 +1,5 @@
 # kvroute — the commands everyone runs. `make test` is what CI runs (.ci/run).
+SHELL     := /bin/bash
 GO        ?= go
 BIN       ?= bin
 FUZZTIME  ?= 10s
@@ -21,10 +22,20 @@ vet:
 testdata:
 	@if [ -x scripts/fetch-testdata.sh ]; then scripts/fetch-testdata.sh; fi
 
+# test runs every test with -race (and, without -race, the every-code-point
+# class test that -race samples) through scripts/testsummary: go test's usual
+# lines, the full output of failures, then every skipped test with its
+# reason and a final ok/FAIL line. A test whose fetched data is missing
+# skips outside CI and fails under CI=true (.ci/run). The exit status is go
+# test's (pipefail), or the summary's when it saw a failure.
 test: vet testdata
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	# Every code point's character class (under -race the test samples 1 in 7).
-	$(GO) test -count=1 -run '^TestCharacterClassesEqualRegexp2$$' ./tokenize
+	@mkdir -p .cache/bin && $(GO) build -o .cache/bin/testsummary ./scripts/testsummary
+	@set -o pipefail; { \
+		status=0; \
+		$(GO) test -json -race -count=1 -timeout 20m $(PKGS) || status=$$?; \
+		$(GO) test -json -count=1 -run '^TestCharacterClassesEqualRegexp2$$' ./tokenize || status=$$?; \
+		exit $$status; \
+	} 2>&1 | .cache/bin/testsummary
 
 bench: testdata
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)

@@ -5,12 +5,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 func TestChildStopsOnSIGTERM(t *testing.T) {
 	c, err := StartChild("sleeper", "/bin/sh", []string{"-c", "echo started; exec sleep 30"}, nil, filepath.Join(t.TempDir(), "log"))
 	if err != nil {
-		t.Skip("no /bin/sh:", err)
+		testdata.Missing(t, "cannot start /bin/sh: %v", err)
 	}
 	waitLog(t, c, "started")
 	c.Stop(10 * time.Second)
@@ -28,7 +30,7 @@ func TestChildStopsOnSIGTERM(t *testing.T) {
 func TestChildIgnoringSIGTERMIsKilled(t *testing.T) {
 	c, err := StartChild("stubborn", "/bin/sh", []string{"-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}, nil, filepath.Join(t.TempDir(), "log"))
 	if err != nil {
-		t.Skip("no /bin/sh:", err)
+		testdata.Missing(t, "cannot start /bin/sh: %v", err)
 	}
 	waitLog(t, c, "ready")
 	cs := &Children{}
@@ -43,7 +45,7 @@ func TestChildrenReportAnEarlyExitWithItsLog(t *testing.T) {
 	cs := &Children{}
 	c, err := StartChild("crasher", "/bin/sh", []string{"-c", "echo address already in use >&2; exit 3"}, nil, filepath.Join(t.TempDir(), "log"))
 	if err != nil {
-		t.Skip("no /bin/sh:", err)
+		testdata.Missing(t, "cannot start /bin/sh: %v", err)
 	}
 	cs.Add(c)
 	<-c.Exited()

@@ -2,8 +2,10 @@ package vllmemu
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,14 +31,37 @@ func qwen3(t testing.TB) *tokenize.Tokenizer {
 	return qwenTok
 }
 
+// byteTokenizer is a tokenizer with one token per byte (id = byte value):
+// the engine needs a tokenizer to build, and the tests that drive its
+// scheduler, block pool and events by token ids need no real one.
+func byteTokenizer(t testing.TB) *tokenize.Tokenizer {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(`{"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":null,"post_processor":null,"decoder":null,` +
+		`"model":{"type":"BPE","unk_token":null,"byte_fallback":true,"fuse_unk":false,"merges":[],"vocab":{`)
+	for i := range 256 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"<0x%02X>":%d`, i, i)
+	}
+	b.WriteString(`}}}`)
+	tok, err := tokenize.Parse([]byte(b.String()), nil, tokenize.Options{})
+	if err != nil {
+		t.Fatalf("byte tokenizer: %v", err)
+	}
+	return tok
+}
+
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// fastOptions are options for tests: real hashing, tiny step times.
+// fastOptions are options for tests: real hashing, tiny step times, the
+// byte tokenizer (tests of the HTTP API set the real one).
 func fastOptions(t testing.TB) Options {
 	seed := "0"
 	return Options{
 		Model:           "test-model",
-		Tokenizer:       qwen3(t),
+		Tokenizer:       byteTokenizer(t),
 		Seed:            &seed,
 		PrefillPerToken: time.Microsecond,
 		DecodePerToken:  time.Microsecond,

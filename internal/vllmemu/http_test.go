@@ -20,6 +20,7 @@ import (
 func serve(t *testing.T, mod func(*Options)) (*Engine, string) {
 	t.Helper()
 	opts := fastOptions(t)
+	opts.Tokenizer = qwen3(t)
 	ct, err := LoadChatTemplates(opts.Tokenizer, testdata.TokenizerDir(t, "qwen3"), "")
 	if err != nil || ct == nil {
 		t.Fatalf("qwen3 chat template: %v (nil=%v)", err, ct == nil)
