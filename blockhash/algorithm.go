@@ -85,16 +85,6 @@ type Digest struct {
 	n uint8
 }
 
-// DigestFromBytes wraps a digest received in bytes form (e.g. an event's bin hash).
-func DigestFromBytes(b []byte) (Digest, error) {
-	var d Digest
-	if len(b) == 0 || len(b) > len(d.b) {
-		return d, fmt.Errorf("digest of %d bytes (want 1..32)", len(b))
-	}
-	d.n = uint8(copy(d.b[:], b))
-	return d, nil
-}
-
 // Bytes returns the digest bytes.
 func (d *Digest) Bytes() []byte { return d.b[:d.n] }
 

@@ -33,13 +33,6 @@ func Bytes(b []byte) Value { return Value{kind: kindBytes, raw: b} }
 // Tuple is a Python tuple extra key.
 func Tuple(items ...Value) Value { return Value{kind: kindTuple, items: items} }
 
-// MultimodalKey is the (identifier, offset relative to the block start) pair
-// vLLM adds for a multimodal item overlapping a block; the offset is negative
-// when the item began in an earlier block.
-func MultimodalKey(identifier string, offset int64) Value {
-	return Tuple(Str(identifier), Int(offset))
-}
-
 // RequestKeys are the extra keys the request path knows: the LoRA adapter name
 // (vLLM adds it to every block) and the cache_salt (block 0 only, when not empty).
 type RequestKeys struct {

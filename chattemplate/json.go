@@ -435,10 +435,13 @@ func writeJSON(b *strings.Builder, v Value, o jsonOptions, level int) error {
 		}
 		b.WriteByte('}')
 	case *Namespace:
+		//lint:ignore ST1005 Python's exact TypeError message: the Jinja2 goldens compare it
 		return fmt.Errorf("Object of type Namespace is not JSON serializable")
 	case *Undefined:
+		//lint:ignore ST1005 Python's exact TypeError message: the Jinja2 goldens compare it
 		return fmt.Errorf("Object of type Undefined is not JSON serializable")
 	default:
+		//lint:ignore ST1005 Python's exact TypeError message: the Jinja2 goldens compare it
 		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil

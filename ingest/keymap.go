@@ -36,5 +36,3 @@ func (k *keyMap) put(h, v uint64) {
 func (k *keyMap) reset() {
 	k.cur, k.old = make(map[uint64]uint64), map[uint64]uint64{}
 }
-
-func (k *keyMap) len() int { return len(k.cur) + len(k.old) }

@@ -151,9 +151,6 @@ func (s *Server) AdminAddr() net.Addr {
 // or fresh load data.
 func (s *Server) Ready() bool { return s.ingest.Ready() }
 
-// Index is the CacheIndex the server routes on (for tools and tests).
-func (s *Server) Index() *index.Index { return s.ix }
-
 // Run serves until ctx ends, then lets open streams drain (bounded) and
 // returns once everything has stopped.
 func (s *Server) Run(ctx context.Context) error {

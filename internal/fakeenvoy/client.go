@@ -402,6 +402,7 @@ func (ex *exchange) mutateHeaders(hm *extprocv3.HeaderMutation) error {
 		}
 		// Envoy reads raw_value: a mutation carrying only value sets an empty header.
 		val := string(h.GetRawValue())
+		//lint:ignore SA1019 Envoy still applies the deprecated append field, so the fake does too
 		if o.GetAppend().GetValue() {
 			if old, ok := ex.res.Headers[key]; ok {
 				val = old + "," + val
@@ -460,17 +461,15 @@ func (ex *exchange) finish(cancel context.CancelFunc) error {
 	if err := ex.stream.CloseSend(); err != nil {
 		return err
 	}
-	for {
-		_, err := ex.stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("server ended the stream with %w", err)
-		}
-		// A message after the exchange is spurious.
-		return fmt.Errorf("%w: a message after the exchange ended", ErrSpurious)
+	_, err := ex.stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return nil
 	}
+	if err != nil {
+		return fmt.Errorf("server ended the stream with %w", err)
+	}
+	// A message after the exchange is spurious.
+	return fmt.Errorf("%w: a message after the exchange ended", ErrSpurious)
 }
 
 func headerMap(h map[string]string) *corev3.HeaderMap {

@@ -61,9 +61,6 @@ func (c *Child) ExitErr() error {
 	return fmt.Errorf("%s exited: %w", c.Name, c.err)
 }
 
-// Pid is the child's process id.
-func (c *Child) Pid() int { return c.cmd.Process.Pid }
-
 // Stop sends SIGTERM and waits up to grace for the exit, then kills the
 // child. It returns once the process is gone; calling it again is harmless.
 func (c *Child) Stop(grace time.Duration) {

@@ -112,9 +112,6 @@ func StartKVRoute(ctx context.Context, c KVRouteConfig, readyTimeout time.Durati
 	return k, nil
 }
 
-// Server is the in-process kvroute (for tests).
-func (k *KVRoute) Server() *server.Server { return k.srv }
-
 // Decisions returns kvroute_route_decisions_total by "outcome/reason",
 // summed over pools: why kvroute routed as it did.
 func (k *KVRoute) Decisions() map[string]float64 {

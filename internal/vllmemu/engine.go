@@ -381,9 +381,6 @@ func (e *Engine) ResetPrefixCache(resetRunning bool) error {
 	return nil
 }
 
-// Registry is the engine's own Prometheus registry (what /metrics serves).
-func (e *Engine) Registry() *prometheus.Registry { return e.reg }
-
 // Options returns the options with defaults filled in.
 func (e *Engine) Options() Options { return e.opts }
 

@@ -39,11 +39,10 @@ type Publisher struct {
 	cancel      context.CancelFunc
 	done        chan struct{}
 
-	mu       sync.Mutex
-	next     uint64
-	buf      []entry // oldest first, at most bufferSteps
-	legacy   bool    // replay replies without the topic frame (vLLM ≤ 0.25)
-	requests int
+	mu     sync.Mutex
+	next   uint64
+	buf    []entry // oldest first, at most bufferSteps
+	legacy bool    // replay replies without the topic frame (vLLM ≤ 0.25)
 }
 
 type entry struct {
@@ -129,21 +128,6 @@ func (p *Publisher) Publish(payload []byte) (uint64, error) {
 // message lost on the way, which only replay can recover.
 func (p *Publisher) Skip(payload []byte) uint64 { return p.record(payload) }
 
-// Restart forgets the sequence and the replay buffer, as a restarted engine
-// process does: the next Publish has seq 0.
-func (p *Publisher) Restart() {
-	p.mu.Lock()
-	p.next, p.buf = 0, nil
-	p.mu.Unlock()
-}
-
-// ReplayRequests is how many well-formed replay requests were served.
-func (p *Publisher) ReplayRequests() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.requests
-}
-
 // WaitSubscribed waits until some subscriber has subscribed to a prefix of
 // the topic: ZeroMQ drops what a PUB sends before that ("slow joiner").
 func (p *Publisher) WaitSubscribed(ctx context.Context) error {
@@ -210,7 +194,6 @@ func (p *Publisher) serveReplay() {
 		}
 		id, start := msg.Frames[0], readSeq(msg.Frames[2])
 		p.mu.Lock()
-		p.requests++
 		replies := make([]entry, 0, len(p.buf))
 		for _, e := range p.buf {
 			if e.seq >= start {
