@@ -5,7 +5,8 @@
 //
 //	pools[0].replicas[1].address: "vllm-0" is not ip:port
 //
-// Defaults live in one place (applyDefaults) and are documented in docs/CONFIG.md.
+// Defaults live in one place (Default, which a file is decoded over) and are
+// documented in docs/CONFIG.md.
 package config
 
 import (

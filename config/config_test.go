@@ -60,14 +60,14 @@ func TestDefaultsAreAppliedOnce(t *testing.T) {
 func TestExplicitZeroesAreKept(t *testing.T) {
 	c, err := Parse([]byte(`
 listen: {admin: ""}
-index: {cpu_tier_weight: 0}
+index: {cpu_tier_weight: 0, speculative_ttl: 0}
 routing: {load_weight: 0, fail_open: false}
 ingest: {scrape_interval: 0}
 ` + minimal))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Routing.LoadWeight != 0 ||
+	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Index.SpeculativeTTL != 0 || c.Routing.LoadWeight != 0 ||
 		c.Routing.FailOpenEnabled() || c.Ingest.ScrapeInterval != 0 {
 		t.Fatalf("explicit zero values were overwritten: %+v", c)
 	}
@@ -100,6 +100,10 @@ func TestErrorsNameTheKeyAndValue(t *testing.T) {
 		{"ceiling range", "routing: {kv_usage_ceiling: 1.5}\n" + minimal, `routing.kv_usage_ceiling: 1.5 is not within (0, 1]`},
 		{"metrics url", strings.Replace(minimal, `events: "tcp://10.0.0.7:5557"`, `events: "tcp://10.0.0.7:5557", metrics: "ftp://x/metrics"`, 1), `pools[0].replicas[0].metrics: "ftp://x/metrics" is not an http(s) URL`},
 		{"dp size", strings.Replace(minimal, `events: "tcp://10.0.0.7:5557"`, `events: "tcp://10.0.0.7:5557", data_parallel_size: 65`, 1), `pools[0].replicas[0].data_parallel_size: 65 is not within 1..64`},
+		{"explicit zero ttl", "index: {ttl: 0}\n" + minimal, `index.ttl: 0s must be positive`},
+		{"explicit zero queue", "ingest: {queue_size: 0}\n" + minimal, `ingest.queue_size: 0 must be positive`},
+		{"explicit zero dp size", strings.Replace(minimal, `events: "tcp://10.0.0.7:5557"`, `events: "tcp://10.0.0.7:5557", data_parallel_size: 0`, 1), `pools[0].replicas[0].data_parallel_size: 0 is not within 1..64`},
+		{"explicit empty keys", minimal + "    keys: \"\"\n", `pools[0].keys: "" is not one of tokens, engine`},
 		{"tls half", "listen: {tls: {cert_file: a.pem}}\n" + minimal, `listen.tls: cert_file and key_file go together`},
 		{"model in two pools", minimal + `  - name: other
     models: ["Qwen/Qwen3-8B"]

@@ -14,10 +14,6 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// setKeys records the key paths present in the file, so defaults can tell an
-// explicit zero (admin: "" disables the admin server) from an absent key.
-type setKeys map[string]bool
-
 // Load reads, decodes, defaults and validates the config file at path.
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
@@ -27,7 +23,8 @@ func Load(path string) (*Config, error) {
 	return Parse(b)
 }
 
-// Parse decodes, defaults and validates a YAML config. The error, when not
+// Parse decodes a YAML config over Default, derives the metrics URLs and
+// validates the result. The error, when not
 // nil, joins one error per problem, each naming its key path.
 func Parse(data []byte) (*Config, error) {
 	var doc yaml.Node
@@ -42,13 +39,13 @@ func Parse(data []byte) (*Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errors.New("config holds more than one YAML document")
 	}
-	var c Config
-	d := decoder{set: setKeys{}}
+	c := Default()
+	var d decoder
 	d.decode(&doc, reflect.ValueOf(&c).Elem(), "")
 	if len(d.errs) > 0 {
 		return nil, errors.Join(d.errs...)
 	}
-	c.applyDefaults(d.set)
+	c.derive()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -57,7 +54,6 @@ func Parse(data []byte) (*Config, error) {
 
 // decoder walks a YAML node tree against a Go struct, strictly.
 type decoder struct {
-	set    setKeys
 	errs   []error
 	visits int // nodes visited, aliases expanded: bounded against alias bombs
 }
@@ -119,6 +115,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, item := range n.Content {
+			listDefaults(s.Index(i).Addr().Interface())
 			d.decode(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
 		}
 		v.Set(s)
@@ -170,7 +167,6 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			d.fail(kp, "unknown key (known: %s)", strings.Join(sortedKeys(fields), ", "))
 			continue
 		}
-		d.set[stripIndexes(kp)] = true
 		d.decode(val, v.Field(idx), kp)
 	}
 }
@@ -214,24 +210,6 @@ func kindName(k reflect.Kind) string {
 	default:
 		return k.String()
 	}
-}
-
-// stripIndexes turns pools[0].replicas[1].name into pools.replicas.name for
-// top-level keys; defaults only consult unindexed top-level paths.
-func stripIndexes(p string) string {
-	var b strings.Builder
-	depth := 0
-	for _, r := range p {
-		switch {
-		case r == '[':
-			depth++
-		case r == ']':
-			depth--
-		case depth == 0:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }
 
 func sortedKeys(m map[string]int) []string {

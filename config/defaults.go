@@ -4,7 +4,10 @@ import (
 	"time"
 )
 
-// Defaults, applied in one place. docs/CONFIG.md documents each.
+// Defaults, applied in one place: Default builds the config a file is decoded
+// over, so a key the file leaves out keeps its default and a key the file
+// sets — zero included — takes the value written. docs/CONFIG.md documents
+// each.
 const (
 	DefaultExtProcListen       = ":9002"
 	DefaultAdminListen         = "127.0.0.1:9090"
@@ -22,62 +25,62 @@ const (
 	DefaultScrapeInterval      = time.Second
 	DefaultScrapeTimeout       = 2 * time.Second
 	DefaultHashAlgorithm       = "sha256"
+	DefaultDataParallelSize    = 1
 )
 
-// applyDefaults fills every unset key. It runs after decoding and before
-// validation, so validation sees the effective config.
-func (c *Config) applyDefaults(set setKeys) {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
+// Default returns the configuration with every default filled in and no
+// pools.
+func Default() Config {
+	return Config{
+		Listen: Listen{ExtProc: DefaultExtProcListen, Admin: DefaultAdminListen},
+		Log:    Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Index: Index{
+			TTL:            Duration(DefaultIndexTTL),
+			MaxEntries:     DefaultMaxEntries,
+			CPUTierWeight:  DefaultCPUTierWeight,
+			SpeculativeTTL: Duration(DefaultSpeculativeTTL),
+		},
+		Routing: Routing{
+			LoadWeight:     DefaultLoadWeight,
+			KVUsageCeiling: DefaultKVUsageCeiling,
+			BodyLimitBytes: DefaultBodyLimitBytes,
+			BodyMode:       BodyModeAuto,
+		},
+		Ingest: Ingest{
+			QueueSize:           DefaultQueueSize,
+			ReconnectMaxBackoff: Duration(DefaultReconnectMaxBackoff),
+			ScrapeInterval:      Duration(DefaultScrapeInterval),
+			ScrapeTimeout:       Duration(DefaultScrapeTimeout),
+		},
 	}
-	defDur := func(d *Duration, v time.Duration) {
-		if *d == 0 {
-			*d = Duration(v)
-		}
+}
+
+// defaultPool is what each element of pools is decoded over.
+func defaultPool() Pool {
+	return Pool{Keys: KeysTokens, Hash: Hash{Algorithm: DefaultHashAlgorithm}}
+}
+
+// defaultReplica is what each element of a pool's replicas is decoded over.
+func defaultReplica() Replica {
+	return Replica{DataParallelSize: DefaultDataParallelSize}
+}
+
+// listDefaults gives the decoder the value each new list element starts from.
+func listDefaults(elem any) {
+	switch e := elem.(type) {
+	case *Pool:
+		*e = defaultPool()
+	case *Replica:
+		*e = defaultReplica()
 	}
-	def(&c.Listen.ExtProc, DefaultExtProcListen)
-	if !set["listen.admin"] {
-		c.Listen.Admin = DefaultAdminListen
-	}
-	def(&c.Log.Level, DefaultLogLevel)
-	def(&c.Log.Format, DefaultLogFormat)
-	defDur(&c.Index.TTL, DefaultIndexTTL)
-	if c.Index.MaxEntries == 0 {
-		c.Index.MaxEntries = DefaultMaxEntries
-	}
-	if !set["index.cpu_tier_weight"] {
-		c.Index.CPUTierWeight = DefaultCPUTierWeight
-	}
-	defDur(&c.Index.SpeculativeTTL, DefaultSpeculativeTTL)
-	if !set["routing.load_weight"] {
-		c.Routing.LoadWeight = DefaultLoadWeight
-	}
-	if c.Routing.KVUsageCeiling == 0 {
-		c.Routing.KVUsageCeiling = DefaultKVUsageCeiling
-	}
-	def(&c.Routing.BodyMode, BodyModeAuto)
-	if c.Routing.BodyLimitBytes == 0 {
-		c.Routing.BodyLimitBytes = DefaultBodyLimitBytes
-	}
-	if c.Ingest.QueueSize == 0 {
-		c.Ingest.QueueSize = DefaultQueueSize
-	}
-	defDur(&c.Ingest.ReconnectMaxBackoff, DefaultReconnectMaxBackoff)
-	if !set["ingest.scrape_interval"] {
-		c.Ingest.ScrapeInterval = Duration(DefaultScrapeInterval)
-	}
-	defDur(&c.Ingest.ScrapeTimeout, DefaultScrapeTimeout)
+}
+
+// derive fills the one default that depends on another key: a replica's
+// metrics URL comes from its address.
+func (c *Config) derive() {
 	for i := range c.Pools {
-		p := &c.Pools[i]
-		def(&p.Keys, KeysTokens)
-		def(&p.Hash.Algorithm, DefaultHashAlgorithm)
-		for j := range p.Replicas {
-			r := &p.Replicas[j]
-			if r.DataParallelSize == 0 {
-				r.DataParallelSize = 1
-			}
+		for j := range c.Pools[i].Replicas {
+			r := &c.Pools[i].Replicas[j]
 			if r.Metrics == "" && r.Address != "" {
 				r.Metrics = "http://" + r.Address + "/metrics"
 			}

@@ -58,15 +58,16 @@ func (t Tier) String() string {
 	return "gpu"
 }
 
-// Options configures an Index. Zero values take the documented defaults.
+// Options configures an Index. Values are taken as given: the defaults live
+// in package config, which fills them (docs/CONFIG.md, index.*).
 type Options struct {
-	// TTL drops entries not refreshed by a Store for this long (default 10m).
+	// TTL drops entries not refreshed by a Store for this long; must be positive.
 	TTL time.Duration
-	// MaxEntries caps the number of block entries across all pools (default 20M).
+	// MaxEntries caps the number of block entries across all pools; must be positive.
 	MaxEntries int
-	// CPUTierWeight is what a CPU-only block counts for in Match.Weighted (default 0.5).
+	// CPUTierWeight is what a CPU-only block counts for in Match.Weighted (0..1).
 	CPUTierWeight float64
-	// SpeculativeTTL is how long StoreSpeculative entries live (default 2s).
+	// SpeculativeTTL is how long StoreSpeculative entries live; 0 disables them.
 	SpeculativeTTL time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -97,19 +98,23 @@ type Index struct {
 	metrics *metrics
 }
 
-// New builds an empty Index.
+// New builds an empty Index. Options out of range are a programming error
+// (config validates the values it passes) and panic: the index must always
+// be bounded.
 func New(opts Options) *Index {
-	if opts.TTL <= 0 {
-		opts.TTL = 10 * time.Minute
+	switch {
+	case opts.TTL <= 0:
+		panic(fmt.Sprintf("index.New: TTL %s must be positive", opts.TTL))
+	case opts.MaxEntries <= 0:
+		panic(fmt.Sprintf("index.New: MaxEntries %d must be positive", opts.MaxEntries))
+	case opts.CPUTierWeight < 0 || opts.CPUTierWeight > 1:
+		panic(fmt.Sprintf("index.New: CPUTierWeight %g is not within 0..1", opts.CPUTierWeight))
+	case opts.SpeculativeTTL < 0:
+		panic(fmt.Sprintf("index.New: SpeculativeTTL %s is negative", opts.SpeculativeTTL))
 	}
-	if opts.MaxEntries <= 0 {
-		opts.MaxEntries = 20_000_000
-	}
-	if opts.CPUTierWeight == 0 {
-		opts.CPUTierWeight = 0.5
-	}
-	if opts.SpeculativeTTL <= 0 {
-		opts.SpeculativeTTL = 2 * time.Second
+	specTicks := uint32(0) // speculative entries disabled
+	if opts.SpeculativeTTL > 0 {
+		specTicks = uint32(max(1, opts.SpeculativeTTL/tick))
 	}
 	now := opts.Now
 	if now == nil {
@@ -120,7 +125,7 @@ func New(opts Options) *Index {
 		now:         now,
 		epoch:       now(),
 		ttlTicks:    uint32(max(1, opts.TTL/tick)),
-		specTicks:   uint32(max(1, opts.SpeculativeTTL/tick)),
+		specTicks:   specTicks,
 		maxEntries:  int64(opts.MaxEntries),
 		evictSignal: make(chan struct{}, 1),
 	}

@@ -43,6 +43,19 @@ func newFixture(t testing.TB, replicas int, opts Options) *fixture {
 	t.Helper()
 	f := &fixture{clock: newFakeClock()}
 	opts.Now = f.clock.Now
+	// The tests' baseline is config's defaults; a test sets what it varies.
+	if opts.TTL == 0 {
+		opts.TTL = 10 * time.Minute
+	}
+	if opts.MaxEntries == 0 {
+		opts.MaxEntries = 20_000_000
+	}
+	if opts.CPUTierWeight == 0 {
+		opts.CPUTierWeight = 0.5
+	}
+	if opts.SpeculativeTTL == 0 {
+		opts.SpeculativeTTL = 2 * time.Second
+	}
 	f.ix = New(opts)
 	var err error
 	if f.pool, err = f.ix.AddPool("p"); err != nil {
@@ -449,5 +462,35 @@ func TestMetricsAreRegistered(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(f.ix.metrics.lookups.WithLabelValues("p", "miss")); got != 1 {
 		t.Errorf("misses = %v", got)
+	}
+}
+
+// TestOptionsAreTakenAsGiven: a CPU tier weight of 0 counts CPU-only blocks
+// as nothing and a SpeculativeTTL of 0 disables speculative entries (New once
+// turned both zeros into defaults of its own).
+func TestOptionsAreTakenAsGiven(t *testing.T) {
+	ix := New(Options{TTL: time.Minute, MaxEntries: 1000})
+	pid, err := ix.AddPool("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := ix.AddReplica(pid, "a")
+	b, _ := ix.AddReplica(pid, "b")
+	ix.Store(a, keys(0, 4), TierCPU)
+	ix.StoreSpeculative(b, keys(0, 4))
+	ms := ix.LookupRoute(pid, keys(0, 4), nil)
+	equalRuns(t, ms, map[ReplicaID]int{a.ID: 4})
+	if ms[0].Weighted != 0 {
+		t.Errorf("CPU-only blocks weigh %g at CPUTierWeight 0", ms[0].Weighted)
+	}
+	for _, bad := range []Options{{MaxEntries: 1}, {TTL: time.Minute}, {TTL: time.Minute, MaxEntries: 1, CPUTierWeight: 2}, {TTL: time.Minute, MaxEntries: 1, SpeculativeTTL: -1}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("New(%+v) accepted", bad)
+				}
+			}()
+			New(bad)
+		}()
 	}
 }

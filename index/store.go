@@ -246,10 +246,11 @@ func (ix *Index) Clear(r Replica) {
 // StoreSpeculative records that r is about to hold keys because the router
 // just sent it a request with them; they count (as GPU blocks) until
 // Options.SpeculativeTTL passes, so a burst with one new prefix neither herds
-// nor scatters before the engine's events arrive.
+// nor scatters before the engine's events arrive. With a SpeculativeTTL of 0
+// it does nothing.
 func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	p := ix.pool(r.Pool)
-	if p == nil || int(r.ID) >= MaxReplicas {
+	if p == nil || int(r.ID) >= MaxReplicas || ix.specTicks == 0 {
 		return
 	}
 	bit := uint64(1) << r.ID

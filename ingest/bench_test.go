@@ -3,6 +3,7 @@ package ingest
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
@@ -65,7 +66,7 @@ func benchDecodeApply(b *testing.B, keys string) {
 	pool.BlockSize = benchBlockSize
 	pool.Hash.Seed = nil // no self-check: random hashes would all mismatch
 	cfg := baseConfig(pool)
-	ix := index.New(index.Options{})
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
 	pid, _ := ix.AddPool("p")
 	ix.AddReplica(pid, "r0")
 	m, err := New(Options{Config: cfg, Index: ix, Logger: quietLog})

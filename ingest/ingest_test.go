@@ -104,7 +104,7 @@ type harness struct {
 // a Manager and stops it (waiting for every goroutine) at cleanup.
 func start(t *testing.T, cfg *config.Config, tweak ...func(*Manager)) *harness {
 	t.Helper()
-	ix := index.New(index.Options{})
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
 	for _, p := range cfg.Pools {
 		pid, err := ix.AddPool(p.Name)
 		if err != nil {
@@ -643,7 +643,7 @@ func TestDebugHandlerAndReplicaRemovedFromConfig(t *testing.T) {
 	pub := newPublisher(t, "", 100)
 	cfg := baseConfig(poolConfig("p", config.KeysEngine, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()}))
 	// An index that still holds a replica the config no longer names.
-	ix := index.New(index.Options{})
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
 	pid, _ := ix.AddPool("p")
 	r0, _ := ix.AddReplica(pid, "r0")
 	gone, _ := ix.AddReplica(pid, "gone")
@@ -693,7 +693,7 @@ func TestDebugHandlerAndReplicaRemovedFromConfig(t *testing.T) {
 
 func TestNewRejectsUnregisteredReplicasAndIPCWithRanks(t *testing.T) {
 	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: "tcp://127.0.0.1:1"}))
-	if _, err := New(Options{Config: cfg, Index: index.New(index.Options{})}); err == nil {
+	if _, err := New(Options{Config: cfg, Index: index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})}); err == nil {
 		t.Error("pool missing from the index accepted")
 	}
 	if _, err := offsetEndpoint("ipc:///tmp/kv", 1); err == nil {

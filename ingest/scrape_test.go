@@ -51,7 +51,7 @@ func newScrapeManager(t *testing.T, pool config.Pool) (*Manager, *index.Index, *
 	t.Helper()
 	cfg := baseConfig(pool)
 	cfg.Ingest.ScrapeInterval = config.Duration(10 * time.Millisecond)
-	ix := index.New(index.Options{})
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
 	pid, _ := ix.AddPool(pool.Name)
 	for _, r := range pool.Replicas {
 		for rank := range r.DataParallelSize {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -44,7 +45,7 @@ var (
 func kvrouteMetrics() (map[string][]string, error) {
 	rec := &recorder{}
 	extproc.NewMetrics(rec)
-	ix := index.New(index.Options{Registerer: rec})
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, Registerer: rec})
 	cfg, err := config.Parse([]byte(`
 pools:
   - name: p
