@@ -12,8 +12,8 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/chattemplate"
+	"github.com/kvroute/kvroute/chattemplate/modelchat"
 	"github.com/kvroute/kvroute/index"
-	"github.com/kvroute/kvroute/internal/modelchat"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/tokenize"
 )

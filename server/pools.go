@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/chattemplate"
+	"github.com/kvroute/kvroute/chattemplate/modelchat"
 	"github.com/kvroute/kvroute/config"
-	"github.com/kvroute/kvroute/internal/modelchat"
 	"github.com/kvroute/kvroute/tokenize"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/chattemplate"
-	"github.com/kvroute/kvroute/internal/modelchat"
+	"github.com/kvroute/kvroute/chattemplate/modelchat"
 	"github.com/kvroute/kvroute/tokenize"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kvroute/kvroute/chattemplate"
-	"github.com/kvroute/kvroute/internal/modelchat"
+	"github.com/kvroute/kvroute/chattemplate/modelchat"
 	"github.com/kvroute/kvroute/tokenize"
 )
 

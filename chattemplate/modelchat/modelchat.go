@@ -1,7 +1,8 @@
 // Package modelchat loads a model's chat templates for its loaded
 // tokenizer: chattemplate.ForTokenizer with tokenizer_config.json's template
 // and special-token strings. It lives apart from both packages because
-// tokenize's tests import chattemplate.
+// tokenize's tests import chattemplate (so chattemplate cannot import
+// tokenize), and outside internal/ because server uses it.
 package modelchat
 
 import (
