@@ -82,7 +82,7 @@ func New(opts Options) (*Server, error) {
 	if now == nil {
 		now = time.Now
 	}
-	ix, err := buildIndex(cfg, reg)
+	ix, lay, err := buildIndex(cfg, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func New(opts Options) (*Server, error) {
 			log.Info("pool tokenizer loaded", "pool", name, "tokenizer", p.Tokenizer, "chat", pp.chat != nil)
 		}
 	}
-	router, err := buildRouter(cfg, ix, parts)
+	router, err := buildRouter(cfg, ix, lay, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -212,29 +212,4 @@ func (s *Server) adminMux() *http.ServeMux {
 	})
 	mux.Handle("GET /debug/replicas", s.ingest.DebugHandler())
 	return mux
-}
-
-// buildIndex registers every pool and replica rank of cfg in a new index.
-func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, error) {
-	ix := index.New(index.Options{
-		TTL:            cfg.Index.TTL.Std(),
-		MaxEntries:     cfg.Index.MaxEntries,
-		CPUTierWeight:  cfg.Index.CPUTierWeight,
-		SpeculativeTTL: cfg.Index.SpeculativeTTL.Std(),
-		Registerer:     reg,
-	})
-	for i, p := range cfg.Pools {
-		pid, err := ix.AddPool(p.Name)
-		if err != nil {
-			return nil, fmt.Errorf("pools[%d]: %w", i, err)
-		}
-		for j, r := range p.Replicas {
-			for rank := 0; rank < r.DataParallelSize; rank++ {
-				if _, err := ix.AddReplica(pid, r.RankName(rank)); err != nil {
-					return nil, fmt.Errorf("pools[%d].replicas[%d]: %w", i, j, err)
-				}
-			}
-		}
-	}
-	return ix, nil
 }

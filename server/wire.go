@@ -21,21 +21,14 @@ type poolParts struct {
 	blockSize func() int
 }
 
-// buildRouter turns the config's pools into the router's view: one endpoint
-// per replica DP rank, found in the index by its RankName.
-func buildRouter(cfg *config.Config, ix *index.Index, parts map[string]poolParts) (*extproc.Router, error) {
+// buildRouter turns the resolved layout into the router's view: one
+// endpoint per replica DP rank.
+func buildRouter(cfg *config.Config, ix *index.Index, lay layout, parts map[string]poolParts) (*extproc.Router, error) {
 	var pools []extproc.PoolConfig
-	for _, p := range cfg.Pools {
-		pid, ok := ix.PoolByName(p.Name)
-		if !ok {
-			return nil, fmt.Errorf("pool %s is not in the index", p.Name)
-		}
-		byName := map[string]index.Replica{}
-		for _, st := range ix.Replicas(pid) {
-			byName[st.Name] = st.Replica
-		}
+	for _, pl := range lay {
+		p := pl.cfg
 		pc := extproc.PoolConfig{
-			Name: p.Name, ID: pid, Models: p.Models, LoRAAdapters: p.LoRAAdapters,
+			Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters,
 			EngineKeys: p.IsEngineKeys(), Seed: p.Hash.Seed,
 		}
 		if pc.EngineKeys {
@@ -52,16 +45,10 @@ func buildRouter(cfg *config.Config, ix *index.Index, parts map[string]poolParts
 			bs := p.BlockSize
 			pc.BlockSize = func() int { return bs }
 		}
-		for _, r := range p.Replicas {
-			for rank := 0; rank < r.DataParallelSize; rank++ {
-				rep, ok := byName[r.RankName(rank)]
-				if !ok {
-					return nil, fmt.Errorf("pool %s: replica %s is not in the index", p.Name, r.RankName(rank))
-				}
-				pc.Endpoints = append(pc.Endpoints, extproc.Endpoint{
-					Replica: rep, Name: r.RankName(rank), Address: r.Address, DPRank: rank, DPSize: r.DataParallelSize,
-				})
-			}
+		for _, rl := range pl.ranks {
+			pc.Endpoints = append(pc.Endpoints, extproc.Endpoint{
+				Replica: rl.r, Name: rl.name, Address: rl.cfg.Address, DPRank: rl.rank, DPSize: rl.cfg.DataParallelSize,
+			})
 		}
 		pools = append(pools, pc)
 	}
