@@ -17,6 +17,11 @@ const (
 	DefaultLoadWeight          = 256
 	DefaultKVUsageCeiling      = 0.98
 	DefaultBodyLimitBytes      = 8 << 20
+	DefaultBodyMode            = BodyModeBuffered // what envoy/envoy.yaml configures
+	DefaultMaxPromptBytes      = 1 << 20
+	DefaultMaxPromptTokens     = 256 << 10
+	DefaultMaxMessages         = 4096
+	DefaultMaxDecideInFlight   = 16 << 20
 	DefaultQueueSize           = 1024
 	DefaultReconnectMaxBackoff = 30 * time.Second
 	DefaultScrapeInterval      = time.Second
@@ -57,10 +62,19 @@ func (c *Config) applyDefaults(set setKeys) {
 	if c.Routing.KVUsageCeiling == 0 {
 		c.Routing.KVUsageCeiling = DefaultKVUsageCeiling
 	}
-	def(&c.Routing.BodyMode, BodyModeAuto)
+	def(&c.Routing.BodyMode, DefaultBodyMode)
 	if c.Routing.BodyLimitBytes == 0 {
 		c.Routing.BodyLimitBytes = DefaultBodyLimitBytes
 	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt(&c.Routing.MaxPromptBytes, DefaultMaxPromptBytes)
+	defInt(&c.Routing.MaxPromptTokens, DefaultMaxPromptTokens)
+	defInt(&c.Routing.MaxMessages, DefaultMaxMessages)
+	defInt(&c.Routing.MaxDecideBytesInFlight, DefaultMaxDecideInFlight)
 	if c.Ingest.QueueSize == 0 {
 		c.Ingest.QueueSize = DefaultQueueSize
 	}

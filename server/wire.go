@@ -69,6 +69,12 @@ func buildRouter(cfg *config.Config, ix *index.Index, parts map[string]poolParts
 		LoadWeight:     cfg.Routing.LoadWeight,
 		KVUsageCeiling: cfg.Routing.KVUsageCeiling,
 		FailOpen:       cfg.Routing.FailOpenEnabled(),
+		Limits: extproc.Limits{
+			MaxPromptBytes:  cfg.Routing.MaxPromptBytes,
+			MaxPromptTokens: cfg.Routing.MaxPromptTokens,
+			MaxMessages:     cfg.Routing.MaxMessages,
+		},
+		MaxBytesInFlight: int64(cfg.Routing.MaxDecideBytesInFlight),
 	})
 }
 
