@@ -120,6 +120,11 @@ func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, mod
 		}
 		modelPool[m] = p.Name
 	}
+	for key, path := range map[string]string{"tokenizer": p.Tokenizer, "chat_template": p.ChatTemplate} {
+		if len(path) > maxPathBytes {
+			v.fail(at(key), "%q is longer than %d bytes", path, maxPathBytes)
+		}
+	}
 	if p.BlockSize < 0 || p.BlockSize > 1024 {
 		v.fail(at("block_size"), "%d is not within 0..1024 (0 learns it from events)", p.BlockSize)
 	}
@@ -185,6 +190,9 @@ func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, mod
 		v.fail(at("replicas"), "%d replica ranks (replicas × data_parallel_size) exceed the limit of %d per pool; split the pool", ranks, MaxReplicaRanks)
 	}
 }
+
+// maxPathBytes bounds a file path in the config (Linux's PATH_MAX).
+const maxPathBytes = 4096
 
 type validator struct{ errs []error }
 

@@ -105,14 +105,14 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts := map[string]poolParts{}
+	parts, err := loadAllPoolParts(cfg, opts.BaseDir, now)
+	if err != nil {
+		return nil, err
+	}
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
-		pp, err := loadPoolParts(p, opts.BaseDir, now)
-		if err != nil {
-			return nil, fmt.Errorf("pools[%d] (%s): %w", i, p.Name, err)
-		}
 		name := p.Name
+		pp := parts[name]
 		pp.blockSize = func() int { return mgr.BlockSize(name) }
 		parts[name] = pp
 		if pp.tokenizer == nil {
