@@ -21,7 +21,7 @@ const (
 	DefaultMaxPromptBytes      = 1 << 20
 	DefaultMaxPromptTokens     = 256 << 10
 	DefaultMaxMessages         = 4096
-	DefaultMaxDecideInFlight   = 16 << 20
+	DefaultMaxDecideInFlight   = 8 << 20
 	DefaultQueueSize           = 1024
 	DefaultReconnectMaxBackoff = 30 * time.Second
 	DefaultScrapeInterval      = time.Second
