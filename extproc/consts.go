@@ -21,10 +21,12 @@ const (
 	// MetadataKeySubset is the subset hint's key: a list of "ip:port".
 	MetadataKeySubset = "x-gateway-destination-endpoint-subset"
 
-	// HeaderRequestID is Envoy's request id, used in logs.
-	HeaderRequestID = "x-request-id"
-	headerPath      = ":path"
-	headerMethod    = ":method"
+	// HeaderRequestID is Envoy's request id, used in logs (cut to
+	// maxRequestIDBytes: a client may have chosen it).
+	HeaderRequestID   = "x-request-id"
+	maxRequestIDBytes = 64
+	headerPath        = ":path"
+	headerMethod      = ":method"
 
 	// Debug headers, added when routing.debug_headers is on.
 	HeaderDebugReplica       = "x-kvroute-replica"

@@ -182,8 +182,9 @@ func TestFailOpenStaysInsideTheModelsPool(t *testing.T) {
 }
 
 // TestClientValuesStayOutOfLogs: an unknown model name and token id values
-// reach neither the logs nor the error text; a token id ≥ 2^32 is the
-// client's mistake (400), not kvroute's (500).
+// reach neither the logs nor the error text, a client's x-request-id is
+// logged cut short; a token id ≥ 2^32 is the client's mistake (400), not
+// kvroute's (500).
 func TestClientValuesStayOutOfLogs(t *testing.T) {
 	const model = "model-name-zebra-quokka-7731"
 	const bigID = "98765432109876543210987"
@@ -191,7 +192,8 @@ func TestClientValuesStayOutOfLogs(t *testing.T) {
 	for _, failOpen := range []bool{true, false} {
 		h := newHarness(t, harnessOptions{failOpen: failOpen, llamaPool: true})
 		for _, mode := range modes {
-			res := h.do(mode.cfg, fakeenvoy.Request{Method: "POST", Path: "/v1/completions", Body: []byte(`{"model":"` + model + strings.Repeat("x", 10_000) + `","prompt":"hi"}`)})
+			res := h.do(mode.cfg, fakeenvoy.Request{Method: "POST", Path: "/v1/completions", Headers: map[string]string{HeaderRequestID: strings.Repeat("y", 10_000)},
+				Body: []byte(`{"model":"` + model + strings.Repeat("x", 10_000) + `","prompt":"hi"}`)})
 			if res.Status != 404 || strings.Contains(res.LocalBody, model) {
 				t.Errorf("%s: unknown model: status %d, body %.80q", mode.name, res.Status, res.LocalBody)
 			}
@@ -209,7 +211,10 @@ func TestClientValuesStayOutOfLogs(t *testing.T) {
 			}
 		}
 		logs := h.logs.String()
-		for _, v := range []string{model, bigID, id32} {
+		if !strings.Contains(logs, "yyyy") {
+			t.Error("the request id is not logged at all")
+		}
+		for _, v := range []string{model, bigID, id32, strings.Repeat("y", 100)} {
 			if strings.Contains(logs, v) {
 				t.Errorf("fail-open %v: logs hold the client's %q", failOpen, v)
 			}

@@ -208,6 +208,10 @@ func (st *stream) onHeaders(ctx context.Context, h *extprocv3.HttpHeaders) (bool
 	st.headers = h
 	st.path = headerValue(h, headerPath)
 	st.reqID = headerValue(h, HeaderRequestID)
+	if len(st.reqID) > maxRequestIDBytes {
+		// Envoy may keep a client's x-request-id: never log one at length.
+		st.reqID = st.reqID[:maxRequestIDBytes] + "…"
+	}
 	if h.GetEndOfStream() {
 		// No body will follow (e.g. GET /v1/models): route right here.
 		return st.route(nil, false, true)
