@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -321,5 +323,49 @@ func TestBodyModeDefaultAndProtocolConfig(t *testing.T) {
 		if got := testutil.ToFloat64(h.server.m.modeMisfits.WithLabelValues(MisfitConfigContradicted)); got != 1 {
 			t.Errorf("configured %s: config_contradicted misfits = %v, want 1", c.configured, got)
 		}
+	}
+}
+
+// TestStreamedBodyAfterBufferedDecisionIsAMisfit: an Envoy that streams the
+// body (FULL_DUPLEX_STREAMED, no protocol_config) to a server left at the
+// buffered default gets its decision on the first chunk; the next chunk is
+// counted as a misfit, and the stream is still answered, not hung.
+func TestStreamedBodyAfterBufferedDecisionIsAMisfit(t *testing.T) {
+	h := newHarness(t, harnessOptions{bodyMode: "default", failOpen: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := h.client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := completion(sharedPrefix).Body
+	send := func(m *extprocv3.ProcessingRequest) {
+		t.Helper()
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func(want string) {
+		t.Helper()
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("waiting for the %s answer: %v", want, err)
+		}
+		if got := fmt.Sprintf("%T", resp.GetResponse()); !strings.Contains(got, want) {
+			t.Fatalf("got %s, want the %s answer", got, want)
+		}
+	}
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}, {Key: ":method", RawValue: []byte("POST")}}}}}})
+	recv("RequestHeaders")
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[:10]}}})
+	recv("RequestBody")
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[10:], EndOfStream: true}}})
+	recv("RequestBody")
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(h.server.m.modeMisfits.WithLabelValues(MisfitBodyAfterDecision)); got != 1 {
+		t.Fatalf("body_after_decision misfits = %v, want 1", got)
 	}
 }
