@@ -264,7 +264,13 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err)
 	}
-	return r.choose(p, subset, keys, len(ids), k.blockSize)
+	d := r.choose(p, subset, keys, len(ids), k.blockSize)
+	if d.Endpoint == nil && d.Outcome != OutcomeRejected {
+		// Whatever the cost function, an eligible fleet gets an endpoint
+		// (a NaN cost compares with nothing).
+		d = r.byLoad(p, subset, ReasonNoHit, nil)
+	}
+	return d
 }
 
 // acquire reserves n body bytes of the in-flight decision budget, without
