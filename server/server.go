@@ -177,11 +177,12 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.supervise(ctx, panicIndex, func() { s.ix.Run(ctx) }) })
 	wg.Go(func() {
-		s.supervise(ctx, panicIngest, func() {
-			if err := s.ingest.Run(ctx); err != nil {
-				s.log.Error("ingest stopped", "err", err)
-			}
-		})
+		// Counted, not restarted: ingest recovers its own goroutines, and a
+		// second Run beside the first one's survivors would double them.
+		defer s.panics.Recover(panicIngest, s.log, nil)
+		if err := s.ingest.Run(ctx); err != nil {
+			s.log.Error("ingest stopped", "err", err)
+		}
 	})
 	wg.Go(func() {
 		s.supervise(ctx, panicReadiness, func() { extproc.WatchReadiness(ctx, s.health, s.Ready, time.Second) })
