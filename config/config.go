@@ -78,10 +78,24 @@ type Routing struct {
 	BodyLimitBytes int `yaml:"body_limit_bytes"`
 	// DebugHeaders adds x-kvroute-* headers (matched tokens, replica, reason).
 	DebugHeaders bool `yaml:"debug_headers"`
-	// BodyMode is Envoy's ext_proc request_body_mode: "auto" (read Envoy's
-	// protocol_config, else infer from the message sequence), "buffered" or
-	// "full_duplex" (FULL_DUPLEX_STREAMED, the GIE endpoint-picker setup).
+	// BodyMode is Envoy's ext_proc request_body_mode when Envoy sends no
+	// protocol_config (Envoy < 1.40; a protocol_config always wins):
+	// "buffered" (envoy/envoy.yaml), "full_duplex" (FULL_DUPLEX_STREAMED, the
+	// GIE endpoint-picker setup) or "auto" (infer from message timing: waits
+	// up to 10 ms per request and can guess wrong under load).
 	BodyMode string `yaml:"body_mode"`
+	// MaxPromptBytes bounds what one request may have tokenized: a
+	// completion's prompt field, a chat request's body and its rendered
+	// prompt. Larger requests route by load (reason prompt_too_large).
+	MaxPromptBytes int `yaml:"max_prompt_bytes"`
+	// MaxPromptTokens bounds the prompt tokens hashed and looked up.
+	MaxPromptTokens int `yaml:"max_prompt_tokens"`
+	// MaxMessages bounds a chat request's messages (too_many_messages).
+	MaxMessages int `yaml:"max_messages"`
+	// MaxDecideBytesInFlight bounds the body bytes being tokenized and
+	// hashed at once across all streams; a request that does not fit routes
+	// by load at once (decide_budget_full).
+	MaxDecideBytesInFlight int `yaml:"max_decide_bytes_in_flight"`
 }
 
 // Body modes for routing.body_mode.

@@ -44,6 +44,11 @@ func TestDefaultsAreAppliedOnce(t *testing.T) {
 		{"routing.load_weight", c.Routing.LoadWeight, float64(DefaultLoadWeight)},
 		{"routing.fail_open", c.Routing.FailOpenEnabled(), true},
 		{"routing.body_limit_bytes", c.Routing.BodyLimitBytes, DefaultBodyLimitBytes},
+		{"routing.body_mode", c.Routing.BodyMode, BodyModeBuffered},
+		{"routing.max_prompt_bytes", c.Routing.MaxPromptBytes, DefaultMaxPromptBytes},
+		{"routing.max_prompt_tokens", c.Routing.MaxPromptTokens, DefaultMaxPromptTokens},
+		{"routing.max_messages", c.Routing.MaxMessages, DefaultMaxMessages},
+		{"routing.max_decide_bytes_in_flight", c.Routing.MaxDecideBytesInFlight, DefaultMaxDecideInFlight},
 		{"ingest.scrape_interval", c.Ingest.ScrapeInterval.Std(), DefaultScrapeInterval},
 		{"pools[0].keys", c.Pools[0].Keys, KeysTokens},
 		{"pools[0].hash.algorithm", c.Pools[0].Hash.Algorithm, DefaultHashAlgorithm},
@@ -174,5 +179,29 @@ func TestLoadReportsMissingFile(t *testing.T) {
 	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
 	if !os.IsNotExist(err) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestErrorsDoNotEchoLongValues: a 4 MB pool name (or key, or scalar) is
+// reported by its first bytes and its length, not echoed whole.
+func TestErrorsDoNotEchoLongValues(t *testing.T) {
+	long := strings.Repeat("n", 4<<20)
+	for name, doc := range map[string]string{
+		"pool name":   strings.Replace(minimal, "name: qwen3", "name: "+long, 1),
+		"address":     strings.Replace(minimal, "address: 10.0.0.7:8000", "address: "+long, 1),
+		"body_mode":   minimal + "routing: {body_mode: " + long + "}\n",
+		"unknown key": minimal + "routing:\n  ? " + long + "\n  : 1\n",
+		"wrong type":  minimal + "index: {max_entries: " + long + "}\n",
+	} {
+		_, err := Parse([]byte(doc))
+		if err == nil {
+			t.Fatalf("%s: no error", name)
+		}
+		if n := len(err.Error()); n > 2048 {
+			t.Errorf("%s: error of %d bytes echoes the value", name, n)
+		}
+		if !strings.Contains(err.Error(), "(4194") {
+			t.Errorf("%s: error does not give the value's length: %.300s", name, err)
+		}
 	}
 }

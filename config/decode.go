@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
@@ -68,7 +67,7 @@ func (d *decoder) fail(path string, format string, args ...any) {
 	if path == "" {
 		path = "(top level)"
 	}
-	d.errs = append(d.errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	d.errs = append(d.errs, fmt.Errorf("%s: %s", boundedPath(path), fmt.Sprintf(format, boundArgs(format, args)...)))
 }
 
 func join(path, key string) string {
@@ -195,7 +194,7 @@ func describe(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return "a list"
 	default:
-		return strconv.Quote(n.Value)
+		return fmt.Sprint(quoted(n.Value))
 	}
 }
 

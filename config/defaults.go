@@ -20,6 +20,11 @@ const (
 	DefaultLoadWeight          = 256
 	DefaultKVUsageCeiling      = 0.98
 	DefaultBodyLimitBytes      = 8 << 20
+	DefaultBodyMode            = BodyModeBuffered // what envoy/envoy.yaml configures
+	DefaultMaxPromptBytes      = 1 << 20
+	DefaultMaxPromptTokens     = 256 << 10
+	DefaultMaxMessages         = 4096
+	DefaultMaxDecideInFlight   = 8 << 20
 	DefaultQueueSize           = 1024
 	DefaultReconnectMaxBackoff = 30 * time.Second
 	DefaultScrapeInterval      = time.Second
@@ -41,10 +46,14 @@ func Default() Config {
 			SpeculativeTTL: Duration(DefaultSpeculativeTTL),
 		},
 		Routing: Routing{
-			LoadWeight:     DefaultLoadWeight,
-			KVUsageCeiling: DefaultKVUsageCeiling,
-			BodyLimitBytes: DefaultBodyLimitBytes,
-			BodyMode:       BodyModeAuto,
+			LoadWeight:             DefaultLoadWeight,
+			KVUsageCeiling:         DefaultKVUsageCeiling,
+			BodyLimitBytes:         DefaultBodyLimitBytes,
+			BodyMode:               DefaultBodyMode,
+			MaxPromptBytes:         DefaultMaxPromptBytes,
+			MaxPromptTokens:        DefaultMaxPromptTokens,
+			MaxMessages:            DefaultMaxMessages,
+			MaxDecideBytesInFlight: DefaultMaxDecideInFlight,
 		},
 		Ingest: Ingest{
 			QueueSize:           DefaultQueueSize,

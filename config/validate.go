@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Validate checks a defaulted config and returns every problem found, each
@@ -49,6 +50,19 @@ func (c *Config) Validate() error {
 		v.fail("routing.body_limit_bytes", "%d must be positive", c.Routing.BodyLimitBytes)
 	}
 	v.oneOf("routing.body_mode", c.Routing.BodyMode, BodyModeAuto, BodyModeBuffered, BodyModeFullDuplex)
+	for _, l := range []struct {
+		key string
+		v   int
+	}{
+		{"routing.max_prompt_bytes", c.Routing.MaxPromptBytes},
+		{"routing.max_prompt_tokens", c.Routing.MaxPromptTokens},
+		{"routing.max_messages", c.Routing.MaxMessages},
+		{"routing.max_decide_bytes_in_flight", c.Routing.MaxDecideBytesInFlight},
+	} {
+		if l.v <= 0 {
+			v.fail(l.key, "%d must be positive", l.v)
+		}
+	}
 	if c.Ingest.Bind != "" {
 		v.zmq("ingest.bind", c.Ingest.Bind, true)
 	}
@@ -105,6 +119,11 @@ func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, mod
 			continue
 		}
 		modelPool[m] = p.Name
+	}
+	for key, path := range map[string]string{"tokenizer": p.Tokenizer, "chat_template": p.ChatTemplate} {
+		if len(path) > maxPathBytes {
+			v.fail(at(key), "%q is longer than %d bytes", path, maxPathBytes)
+		}
 	}
 	if p.BlockSize < 0 || p.BlockSize > 1024 {
 		v.fail(at("block_size"), "%d is not within 0..1024 (0 learns it from events)", p.BlockSize)
@@ -172,10 +191,70 @@ func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, mod
 	}
 }
 
+// maxPathBytes bounds a file path in the config (Linux's PATH_MAX).
+const maxPathBytes = 4096
+
 type validator struct{ errs []error }
 
 func (v *validator) fail(path, format string, args ...any) {
-	v.errs = append(v.errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	v.errs = append(v.errs, fmt.Errorf("%s: %s", boundedPath(path), fmt.Sprintf(format, boundArgs(format, args)...)))
+}
+
+// maxEchoBytes bounds a config value echoed in an error: one scalar of a
+// config can be megabytes, and errors go to terminals and logs.
+const maxEchoBytes = 64
+
+// quoted prints a string quoted and cut to maxEchoBytes, with its length
+// when cut.
+type quoted string
+
+func (q quoted) Format(f fmt.State, _ rune) {
+	s := string(q)
+	if len(s) <= maxEchoBytes {
+		fmt.Fprint(f, strconv.Quote(s))
+		return
+	}
+	cut := maxEchoBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	fmt.Fprintf(f, "%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
+
+// boundArgs wraps in quoted every string argument that format prints with
+// %q (the values a config file chose); other verbs are left alone.
+func boundArgs(format string, args []any) []any {
+	out := slices.Clone(args)
+	arg := 0
+	for i := 0; i < len(format) && arg < len(out); i++ {
+		if format[i] != '%' {
+			continue
+		}
+		i++
+		for i < len(format) && strings.IndexByte("+-# 0123456789.", format[i]) >= 0 {
+			i++
+		}
+		if i >= len(format) || format[i] == '%' {
+			continue
+		}
+		if s, ok := out[arg].(string); ok && format[i] == 'q' {
+			out[arg] = quoted(s)
+		}
+		arg++
+	}
+	return out
+}
+
+// boundedPath cuts a key path (which holds the file's keys) for an error.
+func boundedPath(p string) string {
+	if len(p) <= 4*maxEchoBytes {
+		return p
+	}
+	cut := 4 * maxEchoBytes
+	for cut > 0 && !utf8.RuneStart(p[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d-byte key path)", p[:cut], len(p))
 }
 
 func (v *validator) oneOf(path, value string, allowed ...string) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -185,6 +186,48 @@ func TestKubernetesManifestsParse(t *testing.T) {
 	for _, k := range []string{"ConfigMap", "Deployment", "Service", "InferencePool", "HTTPRoute"} {
 		if !kinds[k] {
 			t.Errorf("no %s in examples/kubernetes", k)
+		}
+	}
+}
+
+// TestAdminIsNotExposed: the compose and Kubernetes examples keep the admin
+// listener (/metrics, /debug/*) off the wildcard address, and compose does
+// not publish it on the host.
+func TestAdminIsNotExposed(t *testing.T) {
+	wildcard := func(addr string) bool {
+		host, _, _ := strings.Cut(addr, ":")
+		if strings.HasPrefix(addr, "[") {
+			host = addr[1:strings.Index(addr, "]")]
+		}
+		return host == "" || host == "0.0.0.0" || host == "::"
+	}
+	composeCfg, err := config.Load(filepath.Join("compose", "kvroute.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admins := map[string]string{"compose/kvroute.yaml": composeCfg.Listen.Admin}
+	for _, d := range k8sDocs(t, "kubernetes/kvroute.yaml") {
+		if d["kind"] == "ConfigMap" {
+			c, err := config.Parse([]byte(d["data"].(map[string]any)["kvroute.yaml"].(string)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			admins["kubernetes/kvroute.yaml"] = c.Listen.Admin
+		}
+	}
+	for file, addr := range admins {
+		if addr != "" && wildcard(addr) {
+			t.Errorf("%s: listen.admin %q listens on every interface", file, addr)
+		}
+	}
+	_, adminPort, _ := strings.Cut(composeCfg.Listen.Admin, ":")
+	svc, err := loadCompose(t).GetService("kvroute")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range svc.Ports {
+		if strconv.Itoa(int(p.Target)) == adminPort {
+			t.Errorf("docker-compose.yaml publishes kvroute's admin port %d on the host (%s)", p.Target, p.Published)
 		}
 	}
 }

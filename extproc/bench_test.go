@@ -3,7 +3,9 @@ package extproc
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
@@ -100,4 +102,34 @@ func BenchmarkGRPCDecisions_2kChat_32Streams_Kvroute(b *testing.B) {
 	srv := NewServer(w.router, Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)})
 	client := benchServe(b, func(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, srv) })
 	benchDecisions(b, client)
+}
+
+// BenchmarkGRPCBufferedWithoutProtocolConfig is one stream of BUFFERED
+// exchanges (2k-token chat) from an Envoy that sends no protocol_config
+// (< 1.40), with routing.body_mode at its default (buffered) and at auto,
+// which waits up to ModeInferenceWindow for a body chunk that never comes
+// before it answers the headers. Reports the exchange's p50.
+func BenchmarkGRPCBufferedWithoutProtocolConfig(b *testing.B) {
+	w := newChatWorkload(b, 2000)
+	for _, mode := range []string{"default", "auto"} {
+		b.Run("body_mode="+mode, func(b *testing.B) {
+			opts := Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)}
+			if mode == "auto" {
+				opts.BodyMode = mode
+			}
+			srv := NewServer(w.router, opts)
+			client := benchServe(b, func(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, srv) })
+			var lat []time.Duration
+			for i := 0; b.Loop(); i++ {
+				t0 := time.Now()
+				res, err := fakeenvoy.Do(context.Background(), client, fakeenvoy.Config{Mode: fakeenvoy.Buffered}, fakeenvoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: w.body(i)})
+				if err != nil || res.Headers[HeaderDestination] == "" {
+					b.Fatalf("exchange: %v", err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		})
+	}
 }

@@ -37,7 +37,33 @@ type Request struct {
 var (
 	errBadJSON     = errors.New("request body is not a JSON object")
 	errUnsupported = errors.New("unsupported prompt")
+	// errPromptTooLarge and errTooManyMessages mark a request over Limits:
+	// it is routed by load without tokenizing.
+	errPromptTooLarge  = errors.New("prompt over the routing limits")
+	errTooManyMessages = errors.New("more chat messages than routing.max_messages")
 )
+
+// Limits bound the work one request's decision may take (config.Routing's
+// max_prompt_bytes, max_prompt_tokens, max_messages). Zero fields are
+// unlimited. A request over a limit is routed by load, not rejected: vLLM
+// decides what it accepts.
+type Limits struct {
+	// MaxPromptBytes bounds a completion's prompt field (text or token-id
+	// list, as sent), a chat request's body (the chat renderer reads all of
+	// it) and the rendered chat prompt that would be tokenized.
+	MaxPromptBytes int
+	// MaxPromptTokens bounds the prompt's token ids (a token-id prompt, or
+	// the tokenizer's output) that are hashed and looked up.
+	MaxPromptTokens int
+	// MaxMessages bounds a chat request's messages, counted without decoding.
+	MaxMessages int
+}
+
+// maxTokenID is the largest token id kvroute hashes: vLLM's vocabularies and
+// its block hashes use 32-bit ids.
+const maxTokenID = 1<<32 - 1
+
+func (l Limits) promptTooLarge(n int) bool { return l.MaxPromptBytes > 0 && n > l.MaxPromptBytes }
 
 // openAIBody holds the fields of /v1/completions and /v1/chat/completions the
 // router reads; everything else is the engine's business.
@@ -50,8 +76,10 @@ type openAIBody struct {
 }
 
 // ParseRequest reads an OpenAI body. path picks chat vs completion; a body
-// with "messages" and no "prompt" is treated as chat whatever the path.
-func ParseRequest(path string, body []byte) (*Request, error) {
+// with "messages" and no "prompt" is treated as chat whatever the path. A
+// prompt over lim is not decoded: the error wraps errPromptTooLarge or
+// errTooManyMessages and the Request still names the model.
+func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 	var b openAIBody
 	err := scanObject(body, func(key, value []byte) error {
 		switch string(key) {
@@ -83,11 +111,29 @@ func ParseRequest(path string, body []byte) (*Request, error) {
 		if len(b.Messages) == 0 || string(b.Messages) == "null" {
 			return r, fmt.Errorf("%w: chat request without messages", errUnsupported)
 		}
+		if lim.promptTooLarge(len(body)) {
+			return r, fmt.Errorf("%w: chat body of %d bytes", errPromptTooLarge, len(body))
+		}
+		if lim.MaxMessages > 0 {
+			n, err := countElements(b.Messages, lim.MaxMessages+1)
+			if err != nil {
+				return r, fmt.Errorf("%w: messages: %v", errUnsupported, err)
+			}
+			if n > lim.MaxMessages {
+				return r, fmt.Errorf("%w: more than %d", errTooManyMessages, lim.MaxMessages)
+			}
+		}
 	case len(b.Prompt) > 0:
 		r.Kind = KindCompletion
 		r.AddSpecialTokens = true
+		if lim.promptTooLarge(len(b.Prompt)) {
+			return r, fmt.Errorf("%w: prompt of %d bytes", errPromptTooLarge, len(b.Prompt))
+		}
 		if err := r.parsePrompt(b.Prompt); err != nil {
 			return r, err
+		}
+		if lim.MaxPromptTokens > 0 && len(r.PromptIDs) > lim.MaxPromptTokens {
+			return r, fmt.Errorf("%w: %d token ids", errPromptTooLarge, len(r.PromptIDs))
 		}
 	default:
 		r.Kind = KindOther
@@ -129,9 +175,9 @@ func (r *Request) parseIDs(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &r.PromptIDs); err != nil {
 		return fmt.Errorf("%w: token-id prompt: %v", errUnsupported, jsonErrorWithoutInput(err))
 	}
-	for _, id := range r.PromptIDs {
-		if id < 0 {
-			return fmt.Errorf("%w: negative token id", errUnsupported)
+	for i, id := range r.PromptIDs {
+		if id < 0 || id > maxTokenID {
+			return fmt.Errorf("%w: token id at index %d outside [0, 2^32)", errUnsupported, i)
 		}
 	}
 	return nil
@@ -168,7 +214,9 @@ func jsonErrorWithoutInput(err error) string {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return fmt.Sprintf("field %q: %s where %s expected", te.Field, te.Value, te.Type)
+		// te.Value quotes a number literal ("number 1e99"): keep its kind only.
+		kind, _, _ := strings.Cut(te.Value, " ")
+		return fmt.Sprintf("field %q: %s where %s expected", te.Field, kind, te.Type)
 	}
 	return "invalid JSON"
 }

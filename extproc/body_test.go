@@ -29,7 +29,7 @@ func TestParseRequestForms(t *testing.T) {
 		{"not json", "/v1/completions", `{"model":`, KindOther, "", 0, false, true},
 		{"no prompt", "/v1/embeddings", `{"model":"m","input":"x"}`, KindOther, "", 0, false, false},
 	} {
-		r, err := ParseRequest(c.path, []byte(c.body))
+		r, err := ParseRequest(c.path, []byte(c.body), Limits{})
 		if (err != nil) != c.wantErr {
 			t.Errorf("%s: err %v, want error %v", c.name, err, c.wantErr)
 			continue
@@ -45,7 +45,7 @@ func TestParseRequestForms(t *testing.T) {
 
 func TestParseErrorsDoNotQuoteTheBody(t *testing.T) {
 	for _, body := range []string{`{"prompt": secret-words}`, `{"prompt": {"secret-words": 1}}`, `{"prompt":["secret-words", 1], "model": 5}`} {
-		_, err := ParseRequest("/v1/completions", []byte(body))
+		_, err := ParseRequest("/v1/completions", []byte(body), Limits{})
 		if err == nil || strings.Contains(err.Error(), "secret-words") {
 			t.Errorf("%s: error %v", body, err)
 		}
@@ -58,17 +58,23 @@ func FuzzParseRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","prompt":"hi"}`, `{"model":"m","prompt":[1,2,3]}`, `{"model":"m","prompt":[[1],[2]]}`,
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"cache_salt":"s"}`, `{`, `[]`, `null`, `{"prompt":[[]]}`,
+		`{"model":"m","messages":[{},{},{}]}`, `{"model":"m","prompt":[1,2,3,4,5]}`, `{"prompt":[4294967296]}`,
 	} {
 		f.Add("/v1/completions", []byte(s))
 		f.Add("/v1/chat/completions", []byte(s))
 	}
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
-		r, err := ParseRequest(path, body)
-		if err == nil && r == nil {
-			t.Fatal("nil request without error")
-		}
-		if err != nil && len(body) >= 8 && strings.Contains(err.Error(), string(body)) {
-			t.Fatalf("error quotes the body: %v", err)
+		for _, lim := range []Limits{{}, {MaxPromptBytes: 24, MaxPromptTokens: 3, MaxMessages: 2}} {
+			r, err := ParseRequest(path, body, lim)
+			if err == nil && r == nil {
+				t.Fatal("nil request without error")
+			}
+			if err != nil && len(body) >= 8 && strings.Contains(err.Error(), string(body)) {
+				t.Fatalf("error quotes the body: %v", err)
+			}
+			if err == nil && lim.MaxPromptTokens > 0 && len(r.PromptIDs) > lim.MaxPromptTokens {
+				t.Fatalf("%d token ids passed a limit of %d", len(r.PromptIDs), lim.MaxPromptTokens)
+			}
 		}
 	})
 }

@@ -21,10 +21,12 @@ const (
 	// MetadataKeySubset is the subset hint's key: a list of "ip:port".
 	MetadataKeySubset = "x-gateway-destination-endpoint-subset"
 
-	// HeaderRequestID is Envoy's request id, used in logs.
-	HeaderRequestID = "x-request-id"
-	headerPath      = ":path"
-	headerMethod    = ":method"
+	// HeaderRequestID is Envoy's request id, used in logs (cut to
+	// maxRequestIDBytes: a client may have chosen it).
+	HeaderRequestID   = "x-request-id"
+	maxRequestIDBytes = 64
+	headerPath        = ":path"
+	headerMethod      = ":method"
 
 	// Debug headers, added when routing.debug_headers is on.
 	HeaderDebugReplica       = "x-kvroute-replica"
@@ -64,6 +66,34 @@ const (
 	ReasonBlockSizeUnknown = "block_size_unknown"
 	ReasonNoEligible       = "no_eligible_replica"
 	ReasonBodyTooLarge     = "body_too_large"
+	// Over the per-request limits (routing.max_prompt_bytes,
+	// max_prompt_tokens, max_messages) or the in-flight decision budget
+	// (routing.max_decide_bytes_in_flight): routed by load, untokenized.
+	ReasonPromptTooLarge  = "prompt_too_large"
+	ReasonTooManyMessages = "too_many_messages"
+	ReasonDecideBudget    = "decide_budget_full"
+	// ReasonInternalError: the decision panicked (a bug); counted in
+	// kvroute_panics_total{component="extproc_decide"} too.
+	ReasonInternalError = "internal_error"
 
 	poolUnknown = "unknown"
+)
+
+// Body-mode signals: kvroute_extproc_body_mode_total{source,mode} counts how
+// each stream's mode was settled, kvroute_extproc_body_mode_misfits_total{kind}
+// each sign that it was wrong.
+const (
+	ModeSourceProtocolConfig = "protocol_config" // Envoy ≥ 1.40 said so
+	ModeSourceConfigured     = "configured"      // routing.body_mode
+	ModeSourceInferred       = "inferred"        // body_mode auto, no protocol_config: message timing
+
+	modeLabelBuffered   = "buffered"
+	modeLabelFullDuplex = "full_duplex"
+
+	// MisfitConfigContradicted: protocol_config named another mode than
+	// routing.body_mode (protocol_config wins).
+	MisfitConfigContradicted = "config_contradicted"
+	// MisfitBodyAfterDecision: another body chunk came after a buffered
+	// decision (the body was streamed, the decision saw part of it).
+	MisfitBodyAfterDecision = "body_after_decision"
 )

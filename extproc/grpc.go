@@ -7,10 +7,12 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 )
 
 // grpcMessageMargin is added to the body limit for the rest of a
@@ -21,17 +23,7 @@ const grpcMessageMargin = 1 << 20
 // grpc.health.v1 with the names Envoy and GIE probe. tlsConf nil: plaintext.
 // The health server starts NOT_SERVING for readiness; see WatchReadiness.
 func NewGRPCServer(s *Server, tlsConf *tls.Config) (*grpc.Server, *health.Server) {
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(s.opts.BodyLimitBytes + grpcMessageMargin),
-		grpc.MaxSendMsgSize(s.opts.BodyLimitBytes + grpcMessageMargin),
-		// Envoy opens one stream per request on a few long-lived connections.
-		grpc.MaxConcurrentStreams(1 << 16),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	}
-	if tlsConf != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
-	}
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(serverOptions(s, tlsConf)...)
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -39,6 +31,38 @@ func NewGRPCServer(s *Server, tlsConf *tls.Config) (*grpc.Server, *health.Server
 	hs.SetServingStatus(HealthReadiness, healthpb.HealthCheckResponse_NOT_SERVING)
 	hs.SetServingStatus(HealthServiceExtProc, healthpb.HealthCheckResponse_NOT_SERVING)
 	return g, hs
+}
+
+// serverOptions are NewGRPCServer's options: message sizes, stream limits,
+// keepalive policy, the panic-recovery interceptors and TLS.
+func serverOptions(s *Server, tlsConf *tls.Config) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.opts.BodyLimitBytes + grpcMessageMargin),
+		grpc.MaxSendMsgSize(s.opts.BodyLimitBytes + grpcMessageMargin),
+		// Envoy opens one stream per request on a few long-lived connections.
+		grpc.MaxConcurrentStreams(1 << 16),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(s.recoverUnary),
+		grpc.ChainStreamInterceptor(s.recoverStream),
+	}
+	if tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
+	return opts
+}
+
+// recoverUnary turns a panic in a unary handler into an Internal error for
+// that call, counted in kvroute_panics_total{component="extproc_grpc"}.
+func (s *Server) recoverUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer s.m.panics.Recover(panicGRPC, s.log, func(e error) { resp, err = nil, status.Error(codes.Internal, e.Error()) })
+	return handler(ctx, req)
+}
+
+// recoverStream does the same for a streaming handler: the one ext_proc
+// stream fails (Envoy applies its failure_mode_allow), the process lives.
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer s.m.panics.Recover(panicGRPC, s.log, func(e error) { err = status.Error(codes.Internal, e.Error()) })
+	return handler(srv, ss)
 }
 
 // WatchReadiness sets the readiness and ext_proc health names from ready()

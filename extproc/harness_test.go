@@ -83,7 +83,14 @@ type harnessOptions struct {
 	failOpen  bool
 	debug     bool
 	bodyLimit int
-	bodyMode  string
+	bodyMode  string // "" auto, "default" the server's default
+	// limits and bytesInFlight go to RouterOptions; tokenizer replaces
+	// wordTokenizer; llamaPool adds a second pool "llama" (model llama3) of
+	// two replicas at 127.0.0.1:900{1,2}.
+	limits        Limits
+	bytesInFlight int64
+	tokenizer     Tokenizer
+	llamaPool     bool
 }
 
 func newHarness(t *testing.T, o harnessOptions) *harness {
@@ -93,6 +100,12 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	if o.bodyLimit == 0 {
 		o.bodyLimit = 1 << 20
+	}
+	switch o.bodyMode {
+	case "":
+		o.bodyMode = "auto" // modes includes full duplex without protocol_config
+	case "default":
+		o.bodyMode = "" // what the server does when nothing is configured
 	}
 	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &syncBuffer{}, now: time.Unix(1_767_225_600, 0)}
 	h.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: h.clock})
@@ -108,11 +121,30 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		}
 		h.eps = append(h.eps, Endpoint{Replica: r, Name: name, Address: a, DPSize: 1})
 	}
-	router, err := NewRouter(h.ix, []PoolConfig{{
+	if o.tokenizer == nil {
+		o.tokenizer = wordTokenizer{}
+	}
+	pools := []PoolConfig{{
 		Name: "qwen", ID: h.pool, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
-		Tokenizer: wordTokenizer{}, Chat: lineChat{}, BlockSize: func() int { return testBlockSize },
+		Tokenizer: o.tokenizer, Chat: lineChat{}, BlockSize: func() int { return testBlockSize },
 		Endpoints: h.eps,
-	}}, RouterOptions{LoadWeight: 8, KVUsageCeiling: 0.95, FailOpen: o.failOpen})
+	}}
+	if o.llamaPool {
+		pid, err := h.ix.AddPool("llama")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp := PoolConfig{Name: "llama", ID: pid, Models: []string{"llama3"}, Tokenizer: wordTokenizer{}, BlockSize: func() int { return testBlockSize }}
+		for i, a := range []string{"127.0.0.1:9001", "127.0.0.1:9002"} {
+			r, err := h.ix.AddReplica(pid, fmt.Sprintf("llama-%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lp.Endpoints = append(lp.Endpoints, Endpoint{Replica: r, Name: fmt.Sprintf("llama-%d", i), Address: a, DPSize: 1})
+		}
+		pools = append(pools, lp)
+	}
+	router, err := NewRouter(h.ix, pools, RouterOptions{LoadWeight: 8, KVUsageCeiling: 0.95, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +152,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	h.server = NewServer(router, Options{BodyLimitBytes: o.bodyLimit, DebugHeaders: o.debug, BodyMode: o.bodyMode, Logger: log, Metrics: NewMetrics(h.reg)})
 	g, _ := NewGRPCServer(h.server, nil)
 	h.srvErrs = &errCounter{}
-	g = grpcWithErrCount(g, h.server, o.bodyLimit, h.srvErrs)
+	g = grpcWithErrCount(g, h.server, h.srvErrs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -145,18 +177,19 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	return h
 }
 
-// grpcWithErrCount rebuilds the gRPC server with an interceptor counting
-// streams the server ended with an error (Envoy would turn those into 500s).
-func grpcWithErrCount(old *grpc.Server, s *Server, bodyLimit int, c *errCounter) *grpc.Server {
+// grpcWithErrCount rebuilds the gRPC server with NewGRPCServer's options and
+// an interceptor counting streams the server ended with an error (Envoy
+// would turn those into 500s); a recovered panic is counted by the metric.
+func grpcWithErrCount(old *grpc.Server, s *Server, c *errCounter) *grpc.Server {
 	old.Stop()
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(bodyLimit+grpcMessageMargin), grpc.StreamInterceptor(
+	g := grpc.NewServer(append(serverOptions(s, nil), grpc.ChainStreamInterceptor(
 		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 			err := handler(srv, ss)
 			if err != nil {
 				c.add()
 			}
 			return err
-		}))
+		}))...)
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	return g
 }

@@ -161,3 +161,39 @@ func skipValue(b []byte, i int) (int, error) {
 		return i, nil
 	}
 }
+
+// countElements counts the elements of the JSON array b without decoding
+// them, stopping once it has seen stopAt (so a huge array costs no more than
+// the limit it is checked against). Elements are checked as skipValue does.
+func countElements(b []byte, stopAt int) (int, error) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return 0, errors.New("not a JSON array")
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return 0, nil
+	}
+	n := 0
+	for {
+		end, err := skipValue(b, i)
+		if err != nil {
+			return n, err
+		}
+		if n++; n >= stopAt {
+			return n, nil
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) {
+			return n, errSyntax(i)
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case ']':
+			return n, nil
+		default:
+			return n, errSyntax(i)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package extproc
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/panics"
 )
 
 // Metrics are the ext_proc server's Prometheus metrics. Labels carry pool
@@ -10,7 +12,17 @@ type Metrics struct {
 	decisions       *prometheus.CounterVec
 	decisionSeconds prometheus.Histogram
 	streams         prometheus.Gauge
+	bodyModes       *prometheus.CounterVec
+	modeMisfits     *prometheus.CounterVec
+	panics          *panics.Counter
 }
+
+// Panic components of kvroute_panics_total this package recovers.
+const (
+	panicGRPC   = "extproc_grpc"   // a gRPC handler (recovery interceptor)
+	panicRecv   = "extproc_recv"   // a stream's receive goroutine
+	panicDecide = "extproc_decide" // the routing decision (routed by load)
+)
 
 // NewMetrics registers the metrics with reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -28,9 +40,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kvroute_extproc_streams",
 			Help: "Open ext_proc streams (HTTP requests in processing).",
 		}),
+		bodyModes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvroute_extproc_body_mode_total",
+			Help: "Streams by how their request body mode was settled (source: protocol_config, configured, inferred) and the mode.",
+		}, []string{"source", "mode"}),
+		modeMisfits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvroute_extproc_body_mode_misfits_total",
+			Help: "Signs that a stream's body mode was wrong, by kind (config_contradicted, body_after_decision).",
+		}, []string{"kind"}),
+		panics: panics.NewCounter(reg),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.decisionSeconds, m.streams)
+		reg.MustRegister(m.decisions, m.decisionSeconds, m.streams, m.bodyModes, m.modeMisfits)
 	}
 	return m
 }

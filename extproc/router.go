@@ -65,6 +65,12 @@ type RouterOptions struct {
 	LoadWeight     float64
 	KVUsageCeiling float64
 	FailOpen       bool
+	// Limits bound one request's work; over them it routes by load.
+	Limits Limits
+	// MaxBytesInFlight bounds the bodies being tokenized and hashed at once
+	// across all streams (0: unbounded); a request that does not fit routes
+	// by load at once instead of waiting.
+	MaxBytesInFlight int64
 }
 
 // Router makes the routing decision for parsed requests.
@@ -74,6 +80,8 @@ type Router struct {
 	pools   []*pool
 	byModel map[string]modelRef
 	matches sync.Pool
+	// bytesInFlight is the body bytes of decisions in progress.
+	bytesInFlight atomic.Int64
 }
 
 type modelRef struct {
@@ -183,6 +191,21 @@ type Decision struct {
 	Err    error
 }
 
+// Rejection is what to answer for a decision without an endpoint: its HTTP
+// status (500 when the decision set none in 400..599) and a message (a
+// generic one when it carries no error). A decision has either an Endpoint or
+// a usable Rejection, whatever path made it.
+func (d *Decision) Rejection() (status int, msg string) {
+	status, msg = d.Status, "kvroute could not route the request"
+	if status < 400 || status > 599 {
+		status = 500
+	}
+	if d.Err != nil {
+		msg = d.Err.Error()
+	}
+	return status, msg
+}
+
 // Decide picks an endpoint for a request. subset, when non-nil, restricts the
 // candidates to those addresses (the data plane's subset hint). body may be
 // nil for a header-only request.
@@ -194,8 +217,9 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 		}
 		return r.byLoad(p, subset, ReasonNoBody, nil)
 	}
-	req, err := ParseRequest(path, body)
-	if err != nil && errors.Is(err, errBadJSON) {
+	req, err := ParseRequest(path, body, r.opts.Limits)
+	if req == nil {
+		// Not a JSON object: no model, so no pool.
 		return r.failOpen(nil, subset, ReasonBadJSON, 400, err)
 	}
 	ref, ok := r.byModel[req.Model]
@@ -203,13 +227,25 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 		if req.Model == "" && len(r.pools) == 1 {
 			ref = modelRef{pool: r.pools[0]}
 		} else {
-			return r.failOpen(nil, subset, ReasonUnknownModel, 404, fmt.Errorf("model %q is not served by any pool", req.Model))
+			// The name is the client's: its length only, never its bytes.
+			return r.failOpen(nil, subset, ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(req.Model)))
 		}
 	}
 	p := ref.pool
-	if err != nil {
+	switch {
+	case errors.Is(err, errPromptTooLarge):
+		return r.byLoad(p, subset, ReasonPromptTooLarge, nil)
+	case errors.Is(err, errTooManyMessages):
+		return r.byLoad(p, subset, ReasonTooManyMessages, nil)
+	case errors.Is(err, errBadJSON):
+		return r.failOpen(p, subset, ReasonBadJSON, 400, err)
+	case err != nil:
 		return r.failOpen(p, subset, ReasonUnsupported, 400, err)
 	}
+	if !r.acquire(len(body)) {
+		return r.byLoad(p, subset, ReasonDecideBudget, nil)
+	}
+	defer r.release(len(body))
 	ids, reason, err := r.tokens(p, req)
 	if err != nil || reason != "" {
 		if err != nil {
@@ -228,11 +264,37 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err)
 	}
-	return r.choose(p, subset, keys, len(ids), k.blockSize)
+	d := r.choose(p, subset, keys, len(ids), k.blockSize)
+	if d.Endpoint == nil && d.Outcome != OutcomeRejected {
+		// Whatever the cost function, an eligible fleet gets an endpoint
+		// (a NaN cost compares with nothing).
+		d = r.byLoad(p, subset, ReasonNoHit, nil)
+	}
+	return d
+}
+
+// acquire reserves n body bytes of the in-flight decision budget, without
+// waiting; release returns them.
+func (r *Router) acquire(n int) bool {
+	if r.opts.MaxBytesInFlight <= 0 {
+		return true
+	}
+	if r.bytesInFlight.Add(int64(n)) > r.opts.MaxBytesInFlight {
+		r.bytesInFlight.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+func (r *Router) release(n int) {
+	if r.opts.MaxBytesInFlight > 0 {
+		r.bytesInFlight.Add(-int64(n))
+	}
 }
 
 // tokens returns the request's prompt token ids, or a reason to route by load.
 func (r *Router) tokens(p *pool, req *Request) ([]int, string, error) {
+	var ids []int
 	switch req.Kind {
 	case KindCompletion:
 		if req.PromptIDs != nil {
@@ -244,25 +306,39 @@ func (r *Router) tokens(p *pool, req *Request) ([]int, string, error) {
 		if req.Prompt == "" {
 			return nil, ReasonEmptyPrompt, nil
 		}
-		return p.Tokenizer.Encode(req.Prompt, req.AddSpecialTokens), "", nil
+		ids = p.Tokenizer.Encode(req.Prompt, req.AddSpecialTokens)
 	case KindChat:
 		if p.Tokenizer == nil || p.Chat == nil {
 			return nil, ReasonNoTokenizer, nil
 		}
 		text, err := p.Chat.RenderChat(req.Body)
 		if err != nil {
-			return nil, ReasonChatTemplate, err
+			// Template errors can quote the messages (raise_exception, an
+			// unknown content type): keep their length only.
+			return nil, ReasonChatTemplate, fmt.Errorf("chat template could not render the request (%d-byte error withheld: it may quote the request)", len(err.Error()))
 		}
-		return p.Tokenizer.Encode(text, req.AddSpecialTokens), "", nil
+		if r.opts.Limits.promptTooLarge(len(text)) {
+			return nil, ReasonPromptTooLarge, nil
+		}
+		ids = p.Tokenizer.Encode(text, req.AddSpecialTokens)
 	default:
 		return nil, ReasonNoBody, nil
 	}
+	if r.opts.Limits.MaxPromptTokens > 0 && len(ids) > r.opts.Limits.MaxPromptTokens {
+		return nil, ReasonPromptTooLarge, nil
+	}
+	return ids, "", nil
 }
 
-// failOpen routes by load after an internal error when fail-open is on, and
-// rejects with status otherwise.
+// failOpen routes by load within p after an internal error when fail-open is
+// on, and rejects with status otherwise. With no pool (p nil: bad JSON, an
+// unknown model) it routes only when there is a single pool: any other
+// replica may serve another model.
 func (r *Router) failOpen(p *pool, subset map[string]bool, reason string, status int, err error) Decision {
-	if r.opts.FailOpen {
+	if p == nil && len(r.pools) == 1 {
+		p = r.pools[0]
+	}
+	if r.opts.FailOpen && p != nil {
 		return r.byLoad(p, subset, reason, err)
 	}
 	return Decision{Pool: poolName(p), Outcome: OutcomeRejected, Reason: reason, Status: status, Err: err}
@@ -299,7 +375,11 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate) []ca
 			if !ok || !st.Healthy || (r.opts.KVUsageCeiling > 0 && st.Load.KVUsage > r.opts.KVUsageCeiling) {
 				continue
 			}
-			dst = append(dst, candidate{ep: ep, queued: st.QueuedWork(), blocks: st.Blocks})
+			queued := st.QueuedWork()
+			if math.IsNaN(queued) || queued < 0 {
+				queued = math.Inf(1) // unreadable load sorts last, never off the list
+			}
+			dst = append(dst, candidate{ep: ep, queued: queued, blocks: st.Blocks})
 		}
 	}
 	return dst
@@ -376,8 +456,11 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 		}
 		uncached := float64(promptTokens) - weighted*float64(blockSize)
 		cost := uncached + r.opts.LoadWeight*c.queued
+		if math.IsNaN(cost) {
+			cost = math.Inf(1)
+		}
 		switch {
-		case cost < best:
+		case d.Endpoint == nil || cost < best:
 			best, ties, bestMatched, d.Endpoint = cost, 1, matched, c.ep
 		case cost == best:
 			// Reservoir sampling keeps each tied endpoint with equal chance.

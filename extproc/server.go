@@ -24,18 +24,20 @@ type Options struct {
 	BodyLimitBytes int
 	// DebugHeaders adds the x-kvroute-* headers to routed requests.
 	DebugHeaders bool
-	// BodyMode is config.Routing.BodyMode: "auto" (or empty), "buffered" or
-	// "full_duplex".
+	// BodyMode is config.Routing.BodyMode: "buffered" (or empty),
+	// "full_duplex" or "auto". Envoy's protocol_config, when it sends one,
+	// overrides it for that stream.
 	BodyMode string
-	// ModeInferenceWindow is how long to wait, when Envoy sends no
-	// protocol_config (Envoy < 1.40), for a body chunk that would reveal
+	// ModeInferenceWindow is how long body_mode auto waits, when Envoy sends
+	// no protocol_config (Envoy < 1.40), for a body chunk that would reveal
 	// FULL_DUPLEX_STREAMED before answering the headers as BUFFERED.
 	ModeInferenceWindow time.Duration
 	Logger              *slog.Logger
 	Metrics             *Metrics
 }
 
-// DefaultModeInferenceWindow is the default Options.ModeInferenceWindow.
+// DefaultModeInferenceWindow is the default Options.ModeInferenceWindow
+// (body_mode auto only).
 const DefaultModeInferenceWindow = 10 * time.Millisecond
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
@@ -71,20 +73,24 @@ const (
 
 // stream is the state of one Envoy ext_proc stream (one HTTP request).
 type stream struct {
-	s        *Server
-	srv      extprocv3.ExternalProcessor_ProcessServer
-	recv     chan recvResult
-	mode     bodyMode
-	headers  *extprocv3.HttpHeaders
-	path     string
-	reqID    string
-	subset   map[string]bool
-	body     []byte
-	answered bool // the headers response has been sent
-	closed   bool // an immediate response ended processing
-	pending  *recvResult
-	routed   bool // a routing decision was sent
-	decision Decision
+	s    *Server
+	srv  extprocv3.ExternalProcessor_ProcessServer
+	recv chan recvResult
+	mode bodyMode
+	// configured is the mode routing.body_mode fixes (modeUnknown: auto);
+	// modeSource says what settled mode.
+	configured bodyMode
+	modeSource string
+	headers    *extprocv3.HttpHeaders
+	path       string
+	reqID      string
+	subset     map[string]bool
+	body       []byte
+	answered   bool // the headers response has been sent
+	closed     bool // an immediate response ended processing
+	pending    *recvResult
+	routed     bool // a routing decision was sent
+	decision   Decision
 }
 
 type recvResult struct {
@@ -97,11 +103,12 @@ type recvResult struct {
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st := &stream{s: s, srv: srv, recv: make(chan recvResult, 1)}
 	switch s.opts.BodyMode {
-	case "buffered":
-		st.mode = modeBuffered
+	case "", "buffered":
+		st.configured = modeBuffered
 	case "full_duplex":
-		st.mode = modeFullDuplex
+		st.configured = modeFullDuplex
 	}
+	st.mode, st.modeSource = st.configured, ModeSourceConfigured
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
 	defer func() {
@@ -111,6 +118,12 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	}()
 	ctx := srv.Context()
 	go func() {
+		defer s.m.panics.Recover(panicRecv, s.log, func(err error) {
+			select {
+			case st.recv <- recvResult{err: status.Error(codes.Internal, err.Error())}:
+			case <-ctx.Done():
+			}
+		})
 		for {
 			req, err := srv.Recv()
 			select {
@@ -160,12 +173,14 @@ func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) 
 	if st.closed {
 		return true, nil
 	}
-	if pc := req.GetProtocolConfig(); pc != nil && st.s.opts.BodyMode != "buffered" && st.s.opts.BodyMode != "full_duplex" {
-		switch pc.GetRequestBodyMode() {
-		case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+	if pc := req.GetProtocolConfig(); pc != nil && st.headers == nil {
+		// Envoy's own statement of the mode wins over configuration.
+		st.mode, st.modeSource = modeBuffered, ModeSourceProtocolConfig
+		if pc.GetRequestBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 			st.mode = modeFullDuplex
-		default:
-			st.mode = modeBuffered
+		}
+		if st.configured != modeUnknown && st.configured != st.mode {
+			st.s.m.modeMisfits.WithLabelValues(MisfitConfigContradicted).Inc()
 		}
 	}
 	if md := req.GetMetadataContext(); md != nil && st.subset == nil {
@@ -193,18 +208,30 @@ func (st *stream) onHeaders(ctx context.Context, h *extprocv3.HttpHeaders) (bool
 	st.headers = h
 	st.path = headerValue(h, headerPath)
 	st.reqID = headerValue(h, HeaderRequestID)
+	if len(st.reqID) > maxRequestIDBytes {
+		// Envoy may keep a client's x-request-id: never log one at length.
+		st.reqID = st.reqID[:maxRequestIDBytes] + "…"
+	}
 	if h.GetEndOfStream() {
 		// No body will follow (e.g. GET /v1/models): route right here.
 		return st.route(nil, false, true)
 	}
 	if st.mode == modeUnknown {
-		st.mode = st.inferMode(ctx)
+		st.mode, st.modeSource = st.inferMode(ctx), ModeSourceInferred
 	}
+	st.s.m.bodyModes.WithLabelValues(st.modeSource, st.mode.label()).Inc()
 	if st.mode == modeFullDuplex {
 		return false, nil // the headers answer waits for the whole body
 	}
 	st.answered = true
 	return false, st.send(headersResponse(&extprocv3.CommonResponse{}))
+}
+
+func (m bodyMode) label() string {
+	if m == modeFullDuplex {
+		return modeLabelFullDuplex
+	}
+	return modeLabelBuffered
 }
 
 // inferMode tells FULL_DUPLEX_STREAMED (Envoy sends body chunks without
@@ -229,6 +256,12 @@ func (st *stream) inferMode(ctx context.Context) bodyMode {
 
 func (st *stream) onBody(b *extprocv3.HttpBody) (bool, error) {
 	if st.routed {
+		if st.mode == modeBuffered {
+			// BUFFERED sends one body message: this stream is streamed and
+			// the decision saw only its first chunk.
+			st.s.m.modeMisfits.WithLabelValues(MisfitBodyAfterDecision).Inc()
+			st.s.log.Warn("body chunk after a buffered decision: Envoy streams this request; set routing.body_mode: full_duplex or send protocol_config (Envoy ≥ 1.40)", "request_id", st.reqID)
+		}
 		// A body after the decision is passed through unchanged.
 		return false, st.passBody(b)
 	}
@@ -263,12 +296,13 @@ func (st *stream) onTrailers() (bool, error) {
 // headers response followed by the body streamed back.
 func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 	start := time.Now()
-	d := st.s.router.Decide(st.path, body, st.subset)
+	d := st.decide(body)
 	st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
 	st.s.m.decision(d.Pool, d.Outcome, d.Reason)
 	if d.Endpoint == nil {
-		st.s.log.Info("request rejected", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "status", d.Status, "err", d.Err)
-		return true, st.immediate(d.Status, d.Err.Error(), "kvroute_"+d.Reason)
+		code, msg := d.Rejection()
+		st.s.log.Info("request rejected", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "status", code, "err", d.Err)
+		return true, st.immediate(code, msg, "kvroute_"+d.Reason)
 	}
 	if d.Err != nil {
 		st.s.log.Info("routing failed open", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "err", d.Err)
@@ -299,6 +333,15 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 		return false, err
 	}
 	return false, st.streamBody(body, bodyEOS)
+}
+
+// decide runs the router's decision; a panic in it (a bug) is counted and
+// the request fails open like any internal error.
+func (st *stream) decide(body []byte) (d Decision) {
+	defer st.s.m.panics.Recover(panicDecide, st.s.log, func(err error) {
+		d = st.s.router.failOpen(nil, st.subset, ReasonInternalError, 500, err)
+	})
+	return st.s.router.Decide(st.path, body, st.subset)
 }
 
 // streamBody sends body back to Envoy in ≤ 62,000-byte streamed_response

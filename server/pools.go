@@ -12,6 +12,33 @@ import (
 	"github.com/kvroute/kvroute/tokenize"
 )
 
+// CheckPools loads every pool's tokenizer and chat templates exactly as New
+// does and returns every problem that would stop New, one per pool, each
+// naming it. `kvroute validate-config` runs it, so a config it accepts is
+// one serve starts with. baseDir resolves relative paths (the config file's
+// directory).
+func CheckPools(cfg *config.Config, baseDir string) error {
+	_, err := loadAllPoolParts(cfg, baseDir, time.Now)
+	return err
+}
+
+// loadAllPoolParts loads every pool's parts by name; the error joins one
+// error per pool that failed.
+func loadAllPoolParts(cfg *config.Config, baseDir string, now func() time.Time) (map[string]poolParts, error) {
+	parts := map[string]poolParts{}
+	var errs []error
+	for i := range cfg.Pools {
+		p := &cfg.Pools[i]
+		pp, err := loadPoolParts(p, baseDir, now)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pools[%d] (%s): %w", i, p.Name, err))
+			continue
+		}
+		parts[p.Name] = pp
+	}
+	return parts, errors.Join(errs...)
+}
+
 // loadPoolParts loads the pool's tokenizer and chat templates once, at
 // start. No tokenizer configured: zero parts (the pool routes by load). A
 // tokenizer without any chat template serves /v1/completions only; chat

@@ -25,6 +25,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/panics"
 )
 
 // Options configures New.
@@ -54,7 +55,21 @@ type Server struct {
 	grpcLn  net.Listener
 	adminLn net.Listener
 	admin   *http.Server
+	panics  *panics.Counter
 }
+
+// Panic components of kvroute_panics_total recovered here.
+const (
+	panicAdmin     = "admin_http"
+	panicIndex     = "index_sweeper"
+	panicIngest    = "ingest_run"
+	panicReadiness = "readiness_watch"
+	panicServe     = "listener_serve"
+)
+
+// restartPause is how long a supervised goroutine rests after a panic
+// before it runs again.
+const restartPause = time.Second
 
 // drainTimeout bounds how long open ext_proc streams may take to finish on
 // shutdown before they are cut.
@@ -90,14 +105,14 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts := map[string]poolParts{}
+	parts, err := loadAllPoolParts(cfg, opts.BaseDir, now)
+	if err != nil {
+		return nil, err
+	}
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
-		pp, err := loadPoolParts(p, opts.BaseDir, now)
-		if err != nil {
-			return nil, fmt.Errorf("pools[%d] (%s): %w", i, p.Name, err)
-		}
 		name := p.Name
+		pp := parts[name]
 		pp.blockSize = func() int { return mgr.BlockSize(name) }
 		parts[name] = pp
 		if pp.tokenizer == nil {
@@ -121,7 +136,7 @@ func New(opts Options) (*Server, error) {
 		Logger:         log,
 		Metrics:        extproc.NewMetrics(reg),
 	})
-	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil}
+	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg)}
 	s.grpc, s.health = extproc.NewGRPCServer(ep, tlsConf)
 	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.ExtProc); err != nil {
 		return nil, fmt.Errorf("listen.extproc: %w", err)
@@ -131,7 +146,7 @@ func New(opts Options) (*Server, error) {
 			s.grpcLn.Close()
 			return nil, fmt.Errorf("listen.admin: %w", err)
 		}
-		s.admin = &http.Server{Handler: s.adminMux(), ReadHeaderTimeout: 5 * time.Second}
+		s.admin = &http.Server{Handler: s.recoverHTTP(s.adminMux()), ReadHeaderTimeout: 5 * time.Second}
 	}
 	return s, nil
 }
@@ -157,14 +172,20 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { s.ix.Run(ctx) })
+	wg.Go(func() { s.supervise(ctx, panicIndex, func() { s.ix.Run(ctx) }) })
 	wg.Go(func() {
+		// Counted, not restarted: ingest recovers its own goroutines, and a
+		// second Run beside the first one's survivors would double them.
+		defer s.panics.Recover(panicIngest, s.log, nil)
 		if err := s.ingest.Run(ctx); err != nil {
 			s.log.Error("ingest stopped", "err", err)
 		}
 	})
-	wg.Go(func() { extproc.WatchReadiness(ctx, s.health, s.Ready, time.Second) })
 	wg.Go(func() {
+		s.supervise(ctx, panicReadiness, func() { extproc.WatchReadiness(ctx, s.health, s.Ready, time.Second) })
+	})
+	wg.Go(func() {
+		defer s.panics.Recover(panicServe, s.log, nil)
 		if err := s.grpc.Serve(s.grpcLn); err != nil {
 			s.log.Error("ext_proc server stopped", "err", err)
 		}
@@ -172,6 +193,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("ext_proc listening", "addr", s.grpcLn.Addr().String(), "tls", s.tls)
 	if s.admin != nil {
 		wg.Go(func() {
+			defer s.panics.Recover(panicServe, s.log, nil)
 			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("admin server stopped", "err", err)
 			}
@@ -197,6 +219,38 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// supervise runs fn until ctx ends: a panic in it is counted under
+// component and fn runs again after restartPause; a normal return ends it.
+func (s *Server) supervise(ctx context.Context, component string, fn func()) {
+	for {
+		panicked := true
+		func() {
+			defer s.panics.Recover(component, s.log, nil)
+			fn()
+			panicked = false
+		}()
+		if !panicked {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(restartPause):
+		}
+	}
+}
+
+// recoverHTTP answers 500 for a handler that panics and counts it (net/http
+// would recover too, but silently and by dropping the connection).
+func (s *Server) recoverHTTP(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer s.panics.Recover(panicAdmin, s.log, func(error) {
+			http.Error(w, "internal error", http.StatusInternalServerError)
+		})
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) adminMux() *http.ServeMux {

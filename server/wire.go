@@ -56,6 +56,12 @@ func buildRouter(cfg *config.Config, ix *index.Index, lay layout, parts map[stri
 		LoadWeight:     cfg.Routing.LoadWeight,
 		KVUsageCeiling: cfg.Routing.KVUsageCeiling,
 		FailOpen:       cfg.Routing.FailOpenEnabled(),
+		Limits: extproc.Limits{
+			MaxPromptBytes:  cfg.Routing.MaxPromptBytes,
+			MaxPromptTokens: cfg.Routing.MaxPromptTokens,
+			MaxMessages:     cfg.Routing.MaxMessages,
+		},
+		MaxBytesInFlight: int64(cfg.Routing.MaxDecideBytesInFlight),
 	})
 }
 

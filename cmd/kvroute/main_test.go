@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
@@ -81,5 +83,30 @@ pools:
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+}
+
+// TestValidateConfigLoadsWhatServeLoads: a tokenizer or chat template that
+// serve would refuse at start fails validate-config too, the pool named.
+func TestValidateConfigLoadsWhatServeLoads(t *testing.T) {
+	dir := t.TempDir()
+	tok := testdata.TokenizerDir(t, "qwen3")
+	for name, pool := range map[string]string{
+		"missing tokenizer":     "tokenizer: no-such-dir",
+		"missing chat template": "tokenizer: " + tok + "\n    chat_template: no-such.jinja",
+	} {
+		cfg := "pools:\n  - name: p\n    models: [m]\n    " + pool + "\n    replicas: [{name: a, address: \"127.0.0.1:1\"}]\n"
+		path := filepath.Join(dir, "k.yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errs := runCLI(t, "", "validate-config", path)
+		if code != 1 || !strings.Contains(errs, "pools[0] (p)") || strings.Contains(out, "ok") {
+			t.Errorf("%s: exit %d\nstdout: %s\nstderr: %s", name, code, out, errs)
+		}
+		code, _, errs = runCLI(t, "", "serve", "--config", path)
+		if code != 1 {
+			t.Errorf("%s: serve exit %d, want 1 (%s)", name, code, errs)
+		}
 	}
 }

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/server"
 )
 
-// runValidateConfig checks a config file and prints every problem, one a line.
+// runValidateConfig checks a config file and every pool's tokenizer and chat
+// template, and prints every problem, one a line.
 func runValidateConfig(_ context.Context, args []string, io stdio) error {
 	fs := flag.NewFlagSet("validate-config", flag.ContinueOnError)
 	fs.SetOutput(io.err)
@@ -23,6 +26,11 @@ func runValidateConfig(_ context.Context, args []string, io stdio) error {
 	}
 	path := fs.Arg(0)
 	cfg, err := config.Load(path)
+	if err == nil {
+		// What serve loads at start (tokenizers, chat templates) with the
+		// same code, so ok here means serve starts.
+		err = server.CheckPools(cfg, filepath.Dir(path))
+	}
 	if err != nil {
 		fmt.Fprintf(io.err, "%s: invalid:\n", path)
 		var joined interface{ Unwrap() []error }
