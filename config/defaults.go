@@ -21,7 +21,14 @@ const (
 	DefaultReconnectMaxBackoff = 30 * time.Second
 	DefaultScrapeInterval      = time.Second
 	DefaultScrapeTimeout       = 2 * time.Second
-	DefaultHashAlgorithm       = "sha256"
+	// DefaultMaxMessageBytes: vLLM publishes one batch per scheduler step. A
+	// 1M-token prefill at block size 16 stores ≈ 5.9 MB (5-byte token ids,
+	// 9-byte hashes) and may evict as many blocks, ≈ 4.2 MB of one-hash
+	// BlockRemoved maps: ≈ 10 MB per full-attention group. 32 MiB leaves 3×.
+	DefaultMaxMessageBytes = 32 << 20
+	// MaxMessageBytesLimit is the largest ingest.max_message_bytes accepted.
+	MaxMessageBytesLimit = 1 << 30
+	DefaultHashAlgorithm = "sha256"
 )
 
 // applyDefaults fills every unset key. It runs after decoding and before
@@ -69,6 +76,9 @@ func (c *Config) applyDefaults(set setKeys) {
 		c.Ingest.ScrapeInterval = Duration(DefaultScrapeInterval)
 	}
 	defDur(&c.Ingest.ScrapeTimeout, DefaultScrapeTimeout)
+	if c.Ingest.MaxMessageBytes == 0 {
+		c.Ingest.MaxMessageBytes = DefaultMaxMessageBytes
+	}
 	for i := range c.Pools {
 		p := &c.Pools[i]
 		def(&p.Keys, KeysTokens)

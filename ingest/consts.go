@@ -70,6 +70,7 @@ const (
 	metricLastSeq        = "kvroute_ingest_last_seq"
 	metricLag            = "kvroute_ingest_lag_seconds"
 	metricUnknownTopic   = "kvroute_ingest_unknown_topic_total"
+	metricFramesRefused  = "kvroute_ingest_frames_refused_total"
 	metricScrapes        = "kvroute_ingest_scrapes_total"
 	metricHitRate        = "kvroute_ingest_prefix_cache_hit_rate"
 	metricConfigMismatch = "kvroute_ingest_config_mismatch_total"

@@ -47,6 +47,11 @@ type Manager struct {
 	httpc  *http.Client
 	tuning tuning
 
+	// maxMessageBytes caps every ZeroMQ message and frame (zmtp.go);
+	// limits holds the capped sockets' limit per socket kind.
+	maxMessageBytes int64
+	limits          map[string]*frameLimit
+
 	// bind mode: topic → ranks (by DP rank), resolved lazily and cached.
 	topicMu    sync.Mutex
 	topicCache map[string][]*rankState
@@ -91,6 +96,14 @@ func New(opts Options) (*Manager, error) {
 		m.now = time.Now
 	}
 	m.httpc = &http.Client{Timeout: max(m.cfg.Ingest.ScrapeTimeout.Std(), time.Millisecond)}
+	m.maxMessageBytes = m.cfg.Ingest.MaxMessageBytes
+	if m.maxMessageBytes <= 0 {
+		m.maxMessageBytes = config.DefaultMaxMessageBytes
+	}
+	m.limits = map[string]*frameLimit{}
+	for _, kind := range []string{sockBind, sockEvents, sockReplay} {
+		m.limits[kind] = m.frameLimit(kind)
+	}
 	for i := range m.cfg.Pools {
 		pc := &m.cfg.Pools[i]
 		pid, ok := m.ix.PoolByName(pc.Name)

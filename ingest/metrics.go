@@ -20,6 +20,7 @@ type metrics struct {
 	lastSeq        *prometheus.GaugeVec   // pool, replica
 	lag            *prometheus.GaugeVec   // pool, replica
 	unknownTopic   prometheus.Counter
+	framesRefused  *prometheus.CounterVec // socket=bind|events|replay, reason
 	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error
 	hitRate        *prometheus.GaugeVec   // pool, replica
 	configMismatch *prometheus.CounterVec // pool, replica, field=block_size|hash_algorithm
@@ -56,19 +57,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, rl)
 	}
 	m := &metrics{
-		batches:        cv(metricBatches, "KV-event batches applied, by source (live or replay).", "source"),
-		events:         cv(metricEvents, "KV events seen, by type (and the reasons one was skipped).", "type"),
-		blocks:         cv(metricBlocks, "Blocks written to the index from KV events, by op.", "op"),
-		decodeErrors:   cv(metricDecodeErrors, "KV-event batches dropped as malformed (bad frames or msgpack)."),
-		gaps:           cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
-		replays:        cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
-		restarts:       cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
-		queueDrops:     cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
-		parentUnknown:  cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
-		connected:      gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
-		lastSeq:        gv(metricLastSeq, "Last applied KV-event sequence number."),
-		lag:            gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
-		unknownTopic:   prometheus.NewCounter(prometheus.CounterOpts{Name: metricUnknownTopic, Help: "Batches dropped in bind mode because their topic names no configured replica."}),
+		batches:       cv(metricBatches, "KV-event batches applied, by source (live or replay).", "source"),
+		events:        cv(metricEvents, "KV events seen, by type (and the reasons one was skipped).", "type"),
+		blocks:        cv(metricBlocks, "Blocks written to the index from KV events, by op.", "op"),
+		decodeErrors:  cv(metricDecodeErrors, "KV-event batches dropped as malformed (bad frames or msgpack)."),
+		gaps:          cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
+		replays:       cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
+		restarts:      cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
+		queueDrops:    cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
+		parentUnknown: cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
+		connected:     gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
+		lastSeq:       gv(metricLastSeq, "Last applied KV-event sequence number."),
+		lag:           gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
+		unknownTopic:  prometheus.NewCounter(prometheus.CounterOpts{Name: metricUnknownTopic, Help: "Batches dropped in bind mode because their topic names no configured replica."}),
+		framesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricFramesRefused,
+			Help: "ZeroMQ connections closed because a frame header announced more than ingest.max_message_bytes, by socket and reason."}, []string{"socket", "reason"}),
 		scrapes:        cv(metricScrapes, "/metrics scrapes of replicas, by outcome.", "outcome"),
 		hitRate:        gv(metricHitRate, "Replica prefix-cache hit rate (tokens) between the last two scrapes."),
 		configMismatch: cv(metricConfigMismatch, "Scrapes whose vllm:cache_config_info disagrees with the pool config.", "field"),
@@ -77,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.scrapes, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
 	return m

@@ -54,12 +54,12 @@ func (rs *rankState) subscribeLoop(ctx context.Context) {
 func (rs *rankState) subscribeOnce(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
+	sub := zmq4.NewSub(withFrameLimit(sctx, rs.mgr.limits[sockEvents]), quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, rs.cfg.Topic); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
-	if err := sub.Dial(rs.events); err != nil {
+	if err := sub.Dial(cappedEndpoint(rs.events)); err != nil {
 		return err
 	}
 	rs.setConnected(true)
@@ -114,9 +114,9 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 	for r := range ranks {
 		ep, err := offsetEndpoint(m.cfg.Ingest.Bind, r)
 		if err == nil {
-			s := zmq4.NewSub(ctx, quietZMQ)
+			s := zmq4.NewSub(withFrameLimit(ctx, m.limits[sockBind]), quietZMQ)
 			if err = s.SetOption(zmq4.OptionSubscribe, ""); err == nil {
-				err = s.Listen(ep)
+				err = s.Listen(cappedEndpoint(ep))
 			}
 			if err == nil {
 				socks = append(socks, s)
@@ -224,9 +224,9 @@ func (m *Manager) matchTopic(topic string) []*rankState {
 func (m *Manager) fetchReplay(ctx context.Context, endpoint string, start uint64, fn func(seq uint64, payload []byte)) error {
 	rctx, cancel := context.WithTimeout(ctx, m.tuning.replayTimeout)
 	defer cancel()
-	d := zmq4.NewDealer(rctx, quietZMQ, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
+	d := zmq4.NewDealer(withFrameLimit(rctx, m.limits[sockReplay]), quietZMQ, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
 	defer d.Close()
-	if err := d.Dial(endpoint); err != nil {
+	if err := d.Dial(cappedEndpoint(endpoint)); err != nil {
 		return err
 	}
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, start))); err != nil {
