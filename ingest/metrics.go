@@ -21,7 +21,7 @@ type metrics struct {
 	lag            *prometheus.GaugeVec   // pool, replica
 	unknownTopic   prometheus.Counter
 	framesRefused  *prometheus.CounterVec // socket=bind|events|replay, reason
-	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error
+	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error|invalid
 	hitRate        *prometheus.GaugeVec   // pool, replica
 	configMismatch *prometheus.CounterVec // pool, replica, field=block_size|hash_algorithm
 	selfCheck      *prometheus.CounterVec // pool, verdict
@@ -97,7 +97,7 @@ type rankMetrics struct {
 	replayReq, replayOK, replayPartial  prometheus.Counter
 	replayFailed                        prometheus.Counter
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
-	scrapeOK, scrapeErr                 prometheus.Counter
+	scrapeOK, scrapeErr, scrapeInvalid  prometheus.Counter
 	mismatchBS, mismatchAlgo            prometheus.Counter
 }
 
@@ -123,6 +123,7 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),
 		connected: m.connected.With(l), lastSeq: m.lastSeq.With(l), lag: m.lag.With(l), hitRate: m.hitRate.With(l),
 		scrapeOK: with(m.scrapes, "outcome", "ok"), scrapeErr: with(m.scrapes, "outcome", "error"),
-		mismatchBS: with(m.configMismatch, "field", "block_size"), mismatchAlgo: with(m.configMismatch, "field", "hash_algorithm"),
+		scrapeInvalid: with(m.scrapes, "outcome", "invalid"),
+		mismatchBS:    with(m.configMismatch, "field", "block_size"), mismatchAlgo: with(m.configMismatch, "field", "hash_algorithm"),
 	}
 }

@@ -2,8 +2,10 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -33,6 +35,8 @@ type scraper struct {
 	fails int
 	prevQ map[int][2]float64 // rank → last (queries, hits)
 	warn  map[string]string  // mismatch field → value already warned about
+	// invalid: rank → its last reading was rejected (logged once per episode).
+	invalid map[int]bool
 }
 
 func (m *Manager) scrapers() []*scraper {
@@ -44,7 +48,7 @@ func (m *Manager) scrapers() []*scraper {
 		}
 		sc := byCfg[rs.cfg]
 		if sc == nil {
-			sc = &scraper{m: m, pool: rs.pool, cfg: rs.cfg, prevQ: map[int][2]float64{}, warn: map[string]string{}}
+			sc = &scraper{m: m, pool: rs.pool, cfg: rs.cfg, prevQ: map[int][2]float64{}, warn: map[string]string{}, invalid: map[int]bool{}}
 			byCfg[rs.cfg] = sc
 			out = append(out, sc)
 		}
@@ -94,16 +98,29 @@ func (sc *scraper) scrape(ctx context.Context) {
 	sc.fails = 0
 	sc.checkCacheConfig(fams)
 	for _, rs := range sc.ranks {
-		l := index.Load{
-			Running: sc.value(fams, rs.rank, vllmRunning),
-			Waiting: sc.value(fams, rs.rank, vllmWaiting),
-			KVUsage: sc.value(fams, rs.rank, vllmKVUsage, vllmKVUsageOld),
+		l, err := sc.load(fams, rs.rank)
+		if err != nil {
+			// A reading kvroute cannot trust (NaN, ±Inf, negative) is not a
+			// load: keep the last good one, count it, and let the failure
+			// count toward unhealthy like an unreachable /metrics.
+			rs.met.scrapeInvalid.Inc()
+			rs.st.update(func(st *rankStatus) { st.ScrapeFailures++; st.setError(now, "scrape: "+err.Error()) })
+			sc.m.ix.SetHealthy(rs.r, false)
+			if !sc.invalid[rs.rank] {
+				sc.invalid[rs.rank] = true
+				sc.m.log.Warn("ingest: /metrics load sample rejected; replica unhealthy until a valid reading", "pool", sc.pool.cfg.Name, "replica", rs.name, "err", err)
+			}
+			continue
 		}
+		sc.invalid[rs.rank] = false
 		sc.m.ix.SetLoad(rs.r, l, now)
 		sc.m.ix.SetHealthy(rs.r, true)
 		rs.met.scrapeOK.Inc()
-		q := sc.value(fams, rs.rank, vllmQueries+"_total", vllmQueries, vllmQueriesOld+"_total", vllmQueriesOld)
-		h := sc.value(fams, rs.rank, vllmHits+"_total", vllmHits, vllmHitsOld+"_total", vllmHitsOld)
+		q, okQ := sc.finite(fams, rs.rank, vllmQueries+"_total", vllmQueries, vllmQueriesOld+"_total", vllmQueriesOld)
+		h, okH := sc.finite(fams, rs.rank, vllmHits+"_total", vllmHits, vllmHitsOld+"_total", vllmHitsOld)
+		if !okQ || !okH {
+			continue
+		}
 		prev, seen := sc.prevQ[rs.rank]
 		sc.prevQ[rs.rank] = [2]float64{q, h}
 		if !seen {
@@ -126,6 +143,36 @@ func (sc *scraper) scrape(ctx context.Context) {
 	}
 }
 
+// errBadSample: a load sample that is not a finite, non-negative number.
+var errBadSample = errors.New("not a finite non-negative number")
+
+// load reads one rank's load; every value is finite and non-negative or the
+// reading is refused (naming the metric, never its labels).
+func (sc *scraper) load(fams map[string]*dto.MetricFamily, rank int) (index.Load, error) {
+	var l index.Load
+	for _, f := range []struct {
+		dst   *float64
+		names []string
+	}{
+		{&l.Running, []string{vllmRunning}},
+		{&l.Waiting, []string{vllmWaiting}},
+		{&l.KVUsage, []string{vllmKVUsage, vllmKVUsageOld}},
+	} {
+		v, ok := sc.finite(fams, rank, f.names...)
+		if !ok {
+			return index.Load{}, fmt.Errorf("%s: %w", f.names[0], errBadSample)
+		}
+		*f.dst = v
+	}
+	return l, nil
+}
+
+// finite is value, with ok false when the sample is NaN, ±Inf or negative.
+func (sc *scraper) finite(fams map[string]*dto.MetricFamily, rank int, names ...string) (float64, bool) {
+	v := sc.value(fams, rank, names...)
+	return v, !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0
+}
+
 func (sc *scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sc.cfg.Metrics, nil)
 	if err != nil {
@@ -141,12 +188,17 @@ func (sc *scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, err
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return nil, fmt.Errorf("GET %s: %s", sc.cfg.Metrics, resp.Status)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxScrapeBytes))
+	fams, err := parseMetrics(io.LimitReader(resp.Body, maxScrapeBytes))
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", sc.cfg.Metrics, err)
 	}
 	return fams, nil
+}
+
+// parseMetrics parses a Prometheus text exposition.
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
 }
 
 // value is the first of names present for the rank's engine and the pool's
