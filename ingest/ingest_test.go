@@ -723,3 +723,28 @@ func TestTopicConvention(t *testing.T) {
 		}
 	}
 }
+
+// TestParentHashZeroIsARootBlock: llm-d-inference-sim publishes BlockStored
+// in the positional layout with parent_block_hash 0 for a run from block 0
+// (its KV-event sender marshals llm-d-kv-cache's BlockStored, whose parent is
+// EmptyBlockHash = 0). Those runs must be indexed as roots, not dropped as
+// parent_unknown.
+func TestParentHashZeroIsARootBlock(t *testing.T) {
+	pub := newPublisher(t, "", 10)
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "sim", events: pub.Endpoint()})))
+	waitSubscribed(t, pub)
+	tokens := []any{}
+	for _, tok := range promptTokens[:8] {
+		tokens = append(tokens, tok)
+	}
+	// [tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name, extra_keys]
+	simStored := []any{"BlockStored", []any{uint64(0xa1), uint64(0xa2)}, uint64(0), tokens, 4, nil, "GPU", nil, nil}
+	publish(t, pub, enc(t, []any{1767225600.25, []any{simStored}, 0}))
+	waitFor(t, "the batch", func() bool { return h.status("sim").Batches == 1 })
+	if got := h.held("p", "sim", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})); got != 2 {
+		t.Errorf("%d blocks held, want 2 (parent 0 is no parent)", got)
+	}
+	if n := h.status("sim").ParentUnknown; n != 0 {
+		t.Errorf("%d runs counted parent_unknown", n)
+	}
+}

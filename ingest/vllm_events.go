@@ -60,7 +60,7 @@ type Event struct {
 	TypeName    string
 	BlockHashes []blockhash.EventHash
 	// ParentBlockHash is the hash of the block before the run; HasParent is
-	// false when the run starts at block 0.
+	// false when the run starts at block 0 (sent as nil, or as the int 0).
 	ParentBlockHash blockhash.EventHash
 	HasParent       bool
 	TokenIDs        []uint32
@@ -597,11 +597,18 @@ func bytesEventValue(raw []byte) uint64 {
 	return v
 }
 
+// optHash reads a parent hash: nil, or an int 0, is "no parent" (the run
+// starts at block 0). vLLM sends nil; llm-d-inference-sim (through
+// llm-d-kv-cache's positional BlockStored) sends 0, which llm-d also reads as
+// no parent. A real parent's 64-bit value is 0 with probability 2^-64.
 func (d *Decoder) optHash() (blockhash.EventHash, bool, error) {
 	if isNil, err := d.isNil(); err != nil || isNil {
 		return blockhash.EventHash{}, false, err
 	}
 	h, err := d.hash()
+	if err == nil && h.Raw == nil && h.Value == 0 {
+		return blockhash.EventHash{}, false, nil
+	}
 	return h, err == nil, err
 }
 
