@@ -66,6 +66,7 @@ const (
 	metricRestarts       = "kvroute_ingest_restarts_total"
 	metricQueueDrops     = "kvroute_ingest_queue_drops_total"
 	metricParentUnknown  = "kvroute_ingest_parent_unknown_total"
+	metricSeqJumps       = "kvroute_ingest_seq_jumps_total"
 	metricConnected      = "kvroute_ingest_connected"
 	metricLastSeq        = "kvroute_ingest_last_seq"
 	metricLag            = "kvroute_ingest_lag_seconds"

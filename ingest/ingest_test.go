@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -746,5 +747,48 @@ func TestParentHashZeroIsARootBlock(t *testing.T) {
 	}
 	if n := h.status("sim").ParentUnknown; n != 0 {
 		t.Errorf("%d runs counted parent_unknown", n)
+	}
+}
+
+// TestForgedSequenceJumpIsDroppedAndCounted: a peer that reaches the bound
+// socket and sends the engine's topic with seq 2^40 is not applied (the
+// engine's replay buffer does not have it) and does not make the engine's
+// next real batch look already applied.
+func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
+	st := steps(t)
+	bind := freeEndpoint(t)
+	replay := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a", replay: replay}))
+	cfg.Ingest.Bind = bind
+	h := start(t, cfg)
+	var engine *vllmzmq.Publisher
+	waitFor(t, "the engine dials", func() bool {
+		var err error
+		engine, err = vllmzmq.DialPublisher(bind, replay, "engine-a", 100)
+		return err == nil
+	})
+	t.Cleanup(func() { engine.Close() })
+	waitSubscribed(t, engine)
+	publish(t, engine, st[stepPrompt])
+	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
+
+	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	t.Cleanup(func() { forger.Close() })
+	if err := forger.Dial(bind); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forged batch dropped", func() bool {
+		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 1<<40), st[stepLoRA]))
+		return h.counter(metricSeqJumps) >= 1
+	})
+	publish(t, engine, st[stepDecode])
+	waitFor(t, "the engine's next batch", func() bool {
+		return h.held("p", "a", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
+	})
+	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
+		t.Errorf("the forged batch's %d blocks are held", got)
+	}
+	if s := h.status("a"); s.LastSeq != 1 || s.Restarts != 0 {
+		t.Errorf("status %+v", s)
 	}
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	restarts       *prometheus.CounterVec // pool, replica
 	queueDrops     *prometheus.CounterVec // pool, replica
 	parentUnknown  *prometheus.CounterVec // pool, replica
+	seqJumps       *prometheus.CounterVec // pool, replica
 	connected      *prometheus.GaugeVec   // pool, replica
 	lastSeq        *prometheus.GaugeVec   // pool, replica
 	lag            *prometheus.GaugeVec   // pool, replica
@@ -66,6 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		restarts:      cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
 		queueDrops:    cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
 		parentUnknown: cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
+		seqJumps:      cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
 		connected:     gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
 		lastSeq:       gv(metricLastSeq, "Last applied KV-event sequence number."),
 		lag:           gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
@@ -80,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.seqJumps, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
 	return m
@@ -93,7 +95,7 @@ type rankMetrics struct {
 	skipGroup, skipBS, skipTok, skipRem prometheus.Counter
 	blocksStored, blocksRemoved         prometheus.Counter
 	decodeErrors, gaps, restarts, drops prometheus.Counter
-	parentUnknown                       prometheus.Counter
+	parentUnknown, seqJumps             prometheus.Counter
 	replayReq, replayOK, replayPartial  prometheus.Counter
 	replayFailed                        prometheus.Counter
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
@@ -118,8 +120,8 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		skipTok: with(m.events, "type", evSkippedNoTokens), skipRem: with(m.events, "type", evSkippedRemove),
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
 		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
-		parentUnknown: with(m.parentUnknown),
-		replayReq:     with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
+		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps),
+		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),
 		connected: m.connected.With(l), lastSeq: m.lastSeq.With(l), lag: m.lag.With(l), hitRate: m.hitRate.With(l),
 		scrapeOK: with(m.scrapes, "outcome", "ok"), scrapeErr: with(m.scrapes, "outcome", "error"),

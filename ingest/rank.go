@@ -56,7 +56,10 @@ type seqState struct {
 	haveLive    bool   // live is valid (reset on every new connection)
 	live        uint64 // last seq seen live on the current connection
 	haveReplay  bool
-	replayStart uint64 // start of the last replay: live seqs in [replayStart, last] are duplicates
+	replayStart uint64 // start of the last replay: live seqs in [replayStart, replayEnd] are duplicates
+	replayEnd   uint64 // highest seq the last replay delivered
+	haveJump    bool
+	jump        uint64 // an unconfirmed huge jump (no replay): taken if the next batch continues it
 	haveTopic   bool
 	topic       string
 	initialDone bool // the first-contact replay was tried
@@ -138,7 +141,7 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 	case s.haveLive && b.seq <= s.live:
 		rs.restart(ctx, b.seq)
 	case s.have && b.seq <= s.last:
-		if s.haveReplay && b.seq >= s.replayStart {
+		if s.haveReplay && b.seq >= s.replayStart && b.seq <= s.replayEnd {
 			s.live, s.haveLive = b.seq, true
 			return // already applied by a replay
 		}
@@ -148,13 +151,30 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 		s.live, s.haveLive = b.seq, true
 		return // the restart's replay covered it
 	}
-	s.live, s.haveLive = b.seq, true
 	if s.have && b.seq > s.last+1 {
 		rs.met.gaps.Inc()
 		rs.st.update(func(st *rankStatus) { st.Gaps++ })
+		verified := false
 		if rs.replay != "" {
-			rs.replayFrom(ctx, s.last+1, b.seq)
+			ok, end := rs.replayFrom(ctx, s.last+1, b.seq)
 			if b.seq <= s.last {
+				s.live, s.haveLive = b.seq, true
+				return
+			}
+			// The engine buffers a batch before a replay can be served, so a
+			// live seq its replay does not reach was never published by it.
+			if ok && end < b.seq {
+				rs.implausibleJump(b.seq, "not in the engine's replay buffer")
+				return
+			}
+			verified = ok
+		}
+		if !verified && b.seq-s.last > maxSeqJump {
+			// Nothing to check it against: believe a huge jump only when the
+			// next batch continues it.
+			if !s.haveJump || b.seq != s.jump+1 {
+				s.jump, s.haveJump = b.seq, true
+				rs.implausibleJump(b.seq, "larger than the plausible jump and not confirmed")
 				return
 			}
 		}
@@ -162,7 +182,24 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 			rs.st.update(func(st *rankStatus) { st.Partial = true })
 		}
 	}
+	s.haveJump = false
+	s.live, s.haveLive = b.seq, true
 	rs.applyPayload(b.seq, b.payload, false)
+}
+
+// maxSeqJump is the largest forward sequence jump taken on trust when no
+// replay can confirm it: ~2.8 hours of batches at 100 per second.
+const maxSeqJump = 1 << 20
+
+// implausibleJump drops a live batch whose seq jumps ahead of anything the
+// engine can have published: applying it would make every later real batch
+// look already applied. The sequence state stays where it was.
+func (rs *rankState) implausibleJump(seq uint64, why string) {
+	rs.met.seqJumps.Inc()
+	rs.st.update(func(st *rankStatus) { st.SeqJumps++ })
+	rs.seq.haveLive = false
+	rs.mgr.log.Warn("ingest: dropped a batch with an implausible sequence jump", "pool", rs.pool.cfg.Name, "replica", rs.name,
+		"seq", seq, "last_seq", rs.seq.last, "reason", why)
 }
 
 // restart handles a publisher that started over: forget the replica's
@@ -190,16 +227,25 @@ func (rs *rankState) clear() {
 // in order. expectUpTo > start means seqs [start, expectUpTo) are known to
 // exist (a gap before live seq expectUpTo). When the first batch replayed is
 // not start, the buffer no longer had it: the replica's index is partial.
-func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) {
+//
+// ok reports a complete replay (end marker received); end is the highest
+// seq it delivered (start-1 when none).
+func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) (ok bool, end uint64) {
 	s := &rs.seq
 	rs.met.replayReq.Inc()
-	s.replayStart, s.haveReplay = start, true
+	s.haveReplay = false
+	end = start - 1
 	partial, n := false, 0
 	err := rs.mgr.fetchReplay(ctx, rs.replay, start, func(seq uint64, payload []byte) {
 		if n == 0 && seq != start {
 			partial = true // the buffer no longer holds start
 		}
 		n++
+		if seq > end || n == 1 {
+			end = seq
+		}
+		// Live seqs in [start, end] are now duplicates.
+		s.replayStart, s.replayEnd, s.haveReplay = start, end, true
 		if s.have && seq <= s.last {
 			return
 		}
@@ -227,6 +273,7 @@ func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) {
 		rs.met.replayOK.Inc()
 		rs.st.update(func(st *rankStatus) { st.Replays++ })
 	}
+	return err == nil, end
 }
 
 // applyPayload decodes one batch and applies it; the seq counts as consumed
