@@ -77,6 +77,7 @@ const (
 	metricConfigMismatch = "kvroute_ingest_config_mismatch_total"
 	metricSelfCheck      = "kvroute_ingest_hash_selfcheck_total"
 	metricSchemeMismatch = "kvroute_hash_scheme_mismatch_total"
+	metricPanics         = "kvroute_panics_total"
 )
 
 // vLLM /metrics names (VLLM.md §5).

@@ -792,3 +792,25 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 		t.Errorf("status %+v", s)
 	}
 }
+
+// TestApplierPanicIsRecoveredAndCounted: a panic while applying a batch
+// (here injected before the first apply) is recovered, counted in
+// kvroute_panics_total, the applier restarts, and replay fills the batch it
+// lost.
+func TestApplierPanicIsRecoveredAndCounted(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 10)
+	var once sync.Once
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})),
+		func(m *Manager) {
+			m.tuning.beforeApply = func() { once.Do(func() { panic("injected") }) }
+		})
+	before := h.counter(metricPanics, "component", compApplier)
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt], st[stepDecode])
+	waitFor(t, "the applier recovers", func() bool { return h.counter(metricPanics, "component", compApplier) == before+1 })
+	publish(t, pub, st[stepLoRA])
+	waitFor(t, "all blocks", func() bool {
+		return h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
+	})
+}

@@ -184,18 +184,21 @@ func (m *Manager) Run(ctx context.Context) error {
 			return err
 		}
 		for rank, s := range socks {
-			wg.Go(func() { m.readBound(ctx, s, rank) })
+			wg.Go(func() {
+				defer s.Close()
+				m.supervise(ctx, compBound, func() { m.readBound(ctx, s, rank) })
+			})
 		}
 	}
 	for _, rs := range m.ranks {
-		wg.Go(func() { rs.applyLoop(ctx) })
+		wg.Go(func() { m.supervise(ctx, compApplier, func() { rs.applyLoop(ctx) }) })
 		if rs.events != "" {
-			wg.Go(func() { rs.subscribeLoop(ctx) })
+			wg.Go(func() { m.supervise(ctx, compSubscriber, func() { rs.subscribeLoop(ctx) }) })
 		}
 	}
 	if iv := m.cfg.Ingest.ScrapeInterval.Std(); iv > 0 {
 		for _, sc := range m.scrapers() {
-			wg.Go(func() { sc.loop(ctx, iv) })
+			wg.Go(func() { m.supervise(ctx, compScraper, func() { sc.loop(ctx, iv) }) })
 		}
 	}
 	<-ctx.Done()

@@ -84,6 +84,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
 			m.parentUnknown, m.seqJumps, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
+		if err := reg.Register(PanicsTotal); err != nil {
+			if _, dup := err.(prometheus.AlreadyRegisteredError); !dup {
+				panic(err)
+			}
+		}
 	}
 	return m
 }

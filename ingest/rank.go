@@ -151,6 +151,15 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 		s.live, s.haveLive = b.seq, true
 		return // the restart's replay covered it
 	}
+	if !s.have && b.seq > 0 && rs.replay != "" {
+		// Nothing applied yet (the first replay failed or raced the
+		// engine's first batches): what came before b.seq is a gap too.
+		rs.replayFrom(ctx, 0, b.seq)
+		if s.have && b.seq <= s.last {
+			s.live, s.haveLive = b.seq, true
+			return
+		}
+	}
 	if s.have && b.seq > s.last+1 {
 		rs.met.gaps.Inc()
 		rs.st.update(func(st *rankStatus) { st.Gaps++ })

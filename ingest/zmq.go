@@ -136,7 +136,6 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 // readBound reads one bind-mode socket; the topic says which engine sent a
 // message and the socket says which DP rank.
 func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
-	defer s.Close()
 	for {
 		msg, err := s.Recv()
 		if err != nil {
