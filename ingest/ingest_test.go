@@ -814,3 +814,37 @@ func TestApplierPanicIsRecoveredAndCounted(t *testing.T) {
 		return h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
 	})
 }
+
+// TestLargeBatchDoesNotPinDecodeBuffers: after a batch of 65,536 blocks the
+// applier's decode and key buffers are dropped at the next batch instead of
+// staying at their largest for the life of the process.
+func TestLargeBatchDoesNotPinDecodeBuffers(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 10)
+	h := start(t, baseConfig(poolConfig("p", config.KeysEngine, replicaSpec{name: "r0", events: pub.Endpoint()})))
+	waitSubscribed(t, pub)
+	const blocks = 1 << 16
+	hashes, tokens := make([]any, blocks), make([]any, 4*blocks)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	for i := range tokens {
+		tokens[i] = uint32(i % 50000)
+	}
+	big := enc(t, []any{1.5, []any{kv{"type", "BlockStored", "block_hashes", hashes, "parent_block_hash", nil,
+		"token_ids", tokens, "block_size", 4}}, 0})
+	publish(t, pub, big)
+	waitFor(t, "the big batch", func() bool { return h.status("r0").Batches == 1 })
+	if st, _ := h.ix.Replica(h.rank("r0").r); st.Blocks != blocks {
+		t.Fatalf("%d blocks held, want %d", st.Blocks, blocks)
+	}
+	publish(t, pub, st[stepPrompt])
+	waitFor(t, "the small batch", func() bool { return h.status("r0").Batches == 2 })
+	rs := h.rank("r0")
+	if n := retainedBytes(&rs.batch); n > maxRetainedDecodeBytes {
+		t.Errorf("decode buffers keep %d bytes after a small batch", n)
+	}
+	if n := cap(rs.keysBuf) * 8; n > maxRetainedDecodeBytes {
+		t.Errorf("key buffer keeps %d bytes", n)
+	}
+}

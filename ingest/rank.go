@@ -28,6 +28,7 @@ type rankState struct {
 	resync      atomic.Bool // a new connection: replay what was missed
 	dropPending atomic.Bool // the reader dropped a batch on a full queue
 	connected   atomic.Bool
+	queuedBytes atomic.Int64 // payload bytes in queue
 
 	// Applier-owned.
 	dec        *Decoder
@@ -66,11 +67,21 @@ type seqState struct {
 }
 
 // enqueue hands a live message to the applier without ever blocking: a full
-// queue drops it, counts it, and leaves the gap for replay to fill.
+// queue (ingest.queue_size batches, or maxQueuedBytes of payload) drops it,
+// counts it, and leaves the gap for replay to fill.
 func (rs *rankState) enqueue(b liveBatch) {
+	n := int64(len(b.payload))
+	if rs.queuedBytes.Add(n) > rs.mgr.maxQueuedBytes() {
+		rs.queuedBytes.Add(-n)
+		rs.met.drops.Inc()
+		rs.st.update(func(s *rankStatus) { s.QueueDrops++ })
+		rs.dropPending.Store(true)
+		return
+	}
 	select {
 	case rs.queue <- b:
 	default:
+		rs.queuedBytes.Add(-n)
 		rs.met.drops.Inc()
 		rs.st.update(func(s *rankStatus) { s.QueueDrops++ })
 		rs.dropPending.Store(true)
@@ -91,6 +102,7 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case b := <-rs.queue:
+			rs.queuedBytes.Add(-int64(len(b.payload)))
 			if rs.resync.Swap(false) {
 				rs.onConnect(ctx)
 			}
@@ -296,6 +308,7 @@ func (rs *rankState) applyPayload(seq uint64, payload []byte, replayed bool) {
 	s.last, s.have = seq, true
 	rs.met.lastSeq.Set(float64(seq))
 	now := rs.mgr.now()
+	defer rs.trimBuffers()
 	if err := rs.dec.Decode(payload, &rs.batch); err != nil {
 		rs.met.decodeErrors.Inc()
 		rs.st.update(func(st *rankStatus) {

@@ -167,6 +167,9 @@ func (d *Decoder) Decode(payload []byte, dst *EventBatch) (err error) {
 	events := dst.Events[:0]
 	*dst = EventBatch{}
 	defer func() {
+		// Keep no reference to the payload: it may be the largest message seen.
+		d.payload = nil
+		d.r.Reset(nil)
 		if err != nil {
 			dst.Events = events[:0]
 			err = fmt.Errorf("%w: %v", ErrMalformed, err)
