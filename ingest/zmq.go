@@ -9,7 +9,10 @@ import (
 	"log"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -111,8 +114,13 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 		ranks = max(ranks, rs.rank+1)
 	}
 	var socks []zmq4.Socket
+	bind := loopbackByDefault(m.cfg.Ingest.Bind)
+	if !isLoopbackEndpoint(bind) {
+		m.log.Warn("ingest: KV-event socket bound beyond loopback; anyone who reaches it can publish events (no authentication: zmq4 has no CURVE), so only engines may reach this port",
+			"endpoint", bind)
+	}
 	for r := range ranks {
-		ep, err := offsetEndpoint(m.cfg.Ingest.Bind, r)
+		ep, err := offsetEndpoint(bind, r)
 		if err == nil {
 			s := zmq4.NewSub(withFrameLimit(ctx, m.limits[sockBind]), quietZMQ)
 			if err = s.SetOption(zmq4.OptionSubscribe, ""); err == nil {
@@ -264,4 +272,37 @@ func (m *Manager) fetchReplay(ctx context.Context, endpoint string, start uint64
 		}
 		fn(seq, payload)
 	}
+}
+
+// loopbackByDefault gives a tcp bind endpoint without a host (tcp://*:5557,
+// tcp://:5557) the loopback address: listening on every interface must be
+// asked for by name (tcp://0.0.0.0:5557), since anyone who reaches the port
+// can publish events.
+func loopbackByDefault(ep string) string {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return ep
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || (host != "" && host != "*") {
+		return ep
+	}
+	return "tcp://" + net.JoinHostPort("127.0.0.1", port)
+}
+
+// isLoopbackEndpoint: a tcp endpoint on a loopback address, or ipc/inproc.
+func isLoopbackEndpoint(ep string) bool {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return true
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -244,4 +245,46 @@ func FuzzZMTPScanner(f *testing.F) {
 			t.Fatalf("passed a frame of %d bytes in a message of %d (limit %d)", s.body, s.message, limit)
 		}
 	})
+}
+
+// TestBindWithoutHostListensOnLoopbackOnly: ingest.bind tcp://*:PORT binds
+// 127.0.0.1, so engines elsewhere cannot reach it unless 0.0.0.0 is named.
+func TestBindWithoutHostListensOnLoopbackOnly(t *testing.T) {
+	var external net.IP
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			external = n.IP
+			break
+		}
+	}
+	if external == nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no non-loopback IPv4 address to check the bind address against")
+		}
+		t.Skip("SKIP: no non-loopback IPv4 address on this host to check that the bind socket is not reachable on it")
+	}
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(freeEndpoint(t), "tcp://"))
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Ingest.Bind = "tcp://*:" + port
+	start(t, cfg)
+	waitFor(t, "the loopback listener", func() bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	if c, err := net.Dial("tcp", net.JoinHostPort(external.String(), port)); err == nil {
+		c.Close()
+		t.Errorf("the bind socket is reachable on %s", external)
+	}
+	for ep, want := range map[string]string{
+		"tcp://*:5557": "tcp://127.0.0.1:5557", "tcp://:5557": "tcp://127.0.0.1:5557",
+		"tcp://0.0.0.0:5557": "tcp://0.0.0.0:5557", "tcp://10.0.0.1:5557": "tcp://10.0.0.1:5557", "ipc:///tmp/x": "ipc:///tmp/x",
+	} {
+		if got := loopbackByDefault(ep); got != want {
+			t.Errorf("loopbackByDefault(%s) = %s, want %s", ep, got, want)
+		}
+	}
 }
