@@ -848,3 +848,30 @@ func TestLargeBatchDoesNotPinDecodeBuffers(t *testing.T) {
 		t.Errorf("key buffer keeps %d bytes", n)
 	}
 }
+
+// TestBindModeReplaysIdleEnginesAtStart: in bind mode an engine that holds
+// blocks but publishes nothing is asked for its replay buffer when kvroute
+// starts, and the request is retried until the engine answers.
+func TestBindModeReplaysIdleEnginesAtStart(t *testing.T) {
+	st := steps(t)
+	idle := newPublisher(t, "engine-a", 10) // its live PUB is never connected: an idle engine
+	idle.Skip(st[stepPrompt])
+	late := freeEndpoint(t) // an engine whose replay socket comes up after kvroute
+	cfg := baseConfig(poolConfig("p", config.KeysTokens,
+		replicaSpec{name: "a", topic: "engine-a", replay: idle.ReplayEndpoint()},
+		replicaSpec{name: "b", topic: "engine-b", replay: late}))
+	cfg.Ingest.Bind = freeEndpoint(t)
+	h := start(t, cfg)
+	waitFor(t, "the idle engine's blocks", func() bool {
+		return h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})) == 2
+	})
+	lateEngine, err := vllmzmq.NewPublisher(freeEndpoint(t), late, "engine-b", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lateEngine.Close() })
+	lateEngine.Skip(st[stepLoRA])
+	waitFor(t, "the late engine's blocks", func() bool {
+		return h.held("p", "b", tokenKeys(t, "p", promptTokens[:8], loraKeys)) == 2
+	})
+}

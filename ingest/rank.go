@@ -97,6 +97,27 @@ func (rs *rankState) poke() {
 
 // applyLoop is the rank's applier.
 func (rs *rankState) applyLoop(ctx context.Context) {
+	// Bind mode has no connect signal: an engine that published before
+	// kvroute started, and is idle now, is only known through its replay.
+	// Until a replay succeeds or the engine's first batch arrives, retry it
+	// with the reconnect backoff.
+	var retry <-chan time.Time
+	backoff := rs.mgr.tuning.minBackoff
+	initial := func() {
+		if rs.seq.have || rs.replay == "" || rs.events != "" {
+			retry = nil
+			return
+		}
+		if rs.onConnect(ctx) || rs.seq.have {
+			retry = nil
+			return
+		}
+		retry = time.After(backoff)
+		backoff = min(2*backoff, max(rs.mgr.cfg.Ingest.ReconnectMaxBackoff.Std(), rs.mgr.tuning.minBackoff))
+	}
+	if rs.mgr.cfg.Ingest.Bind != "" && !rs.seq.have {
+		initial()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -107,10 +128,13 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 				rs.onConnect(ctx)
 			}
 			rs.handleLive(ctx, b)
+			retry = nil
 		case <-rs.wake:
 			if rs.resync.Swap(false) {
 				rs.onConnect(ctx)
 			}
+		case <-retry:
+			initial()
 		}
 		if len(rs.queue) == 0 && rs.dropPending.Swap(false) && rs.seq.have && rs.replay != "" {
 			// The dropped batch may have been the last one for a while:
@@ -122,17 +146,20 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 
 // onConnect runs when the reader (re)connected: replay what was published
 // while we were away (all of the buffer on first contact).
-func (rs *rankState) onConnect(ctx context.Context) {
+//
+// It reports whether the replay completed.
+func (rs *rankState) onConnect(ctx context.Context) bool {
 	rs.seq.haveLive = false
 	if rs.replay == "" {
-		return
+		return false
 	}
 	rs.seq.initialDone = true
 	start := uint64(0)
 	if rs.seq.have {
 		start = rs.seq.last + 1
 	}
-	rs.replayFrom(ctx, start, 0)
+	ok, _ := rs.replayFrom(ctx, start, 0)
+	return ok
 }
 
 // handleLive applies one live batch in sequence, replaying gaps and
