@@ -67,6 +67,7 @@ const (
 	metricQueueDrops     = "kvroute_ingest_queue_drops_total"
 	metricParentUnknown  = "kvroute_ingest_parent_unknown_total"
 	metricSeqJumps       = "kvroute_ingest_seq_jumps_total"
+	metricUnroutable     = "kvroute_ingest_unroutable_total"
 	metricConnected      = "kvroute_ingest_connected"
 	metricLastSeq        = "kvroute_ingest_last_seq"
 	metricLag            = "kvroute_ingest_lag_seconds"
@@ -91,6 +92,7 @@ const (
 	vllmQueriesOld     = "vllm:gpu_prefix_cache_queries"
 	vllmHitsOld        = "vllm:gpu_prefix_cache_hits"
 	vllmCacheConfig    = "vllm:cache_config_info"
+	processStartTime   = "process_start_time_seconds" // prometheus_client's process collector
 	labelModelName     = "model_name"
 	labelEngine        = "engine"
 	labelBlockSize     = "block_size"

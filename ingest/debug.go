@@ -20,6 +20,7 @@ type rankStatus struct {
 	ParentUnknown    int64
 	SchemeMismatches int64
 	SeqJumps         int64
+	EnginesGone      int64
 	Partial          bool
 	LastSeq          uint64
 	HasSeq           bool
@@ -84,6 +85,7 @@ type ReplicaStatus struct {
 	ParentUnknown    int64      `json:"parent_unknown"`
 	SchemeMismatches int64      `json:"scheme_mismatches"`
 	SeqJumps         int64      `json:"seq_jumps"`
+	EnginesGone      int64      `json:"engines_gone"`
 	LastBatchAt      *time.Time `json:"last_batch_at,omitempty"`
 	LagSeconds       float64    `json:"lag_seconds"`
 	LastError        string     `json:"last_error,omitempty"`

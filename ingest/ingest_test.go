@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -874,4 +875,114 @@ func TestBindModeReplaysIdleEnginesAtStart(t *testing.T) {
 	waitFor(t, "the late engine's blocks", func() bool {
 		return h.held("p", "b", tokenKeys(t, "p", promptTokens[:8], loraKeys)) == 2
 	})
+}
+
+// TestDeadEngineIsUnroutableAndItsBlocksDropped: when an engine's event
+// stream ends (the process exited) the replica stops being routable at once
+// and the blocks the dead process held are dropped; a new engine on the same
+// endpoint is routable again and re-indexed.
+func TestDeadEngineIsUnroutableAndItsBlocksDropped(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 10)
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt])
+	prompt := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
+	waitFor(t, "the blocks", func() bool { return h.held("p", "r0", prompt) == 2 })
+	pub.Close()
+	waitFor(t, "unroutable", func() bool { s, _ := h.ix.Replica(h.rank("r0").r); return !s.Healthy })
+	waitFor(t, "blocks dropped", func() bool { s, _ := h.ix.Replica(h.rank("r0").r); return s.Blocks == 0 })
+	if got := h.counter(metricUnroutable, "reason", downStreamEnded); got != 1 {
+		t.Errorf("%v stream ends counted, want 1", got)
+	}
+	again, err := vllmzmq.NewPublisher(pub.Endpoint(), pub.ReplayEndpoint(), "", 10)
+	if err != nil {
+		t.Skipf("SKIP: the old ports were taken meanwhile: %v", err)
+	}
+	t.Cleanup(func() { again.Close() })
+	waitSubscribed(t, again)
+	publish(t, again, st[stepPrompt])
+	waitFor(t, "routable and re-indexed", func() bool {
+		s, _ := h.ix.Replica(h.rank("r0").r)
+		return s.Healthy && h.held("p", "r0", prompt) == 2
+	})
+}
+
+// startTimeMetrics serves a /metrics page with the given
+// process_start_time_seconds (as prometheus_client's process collector);
+// 0 means the engine is down (503), as between a process's death and its
+// successor's start.
+func startTimeMetrics(t *testing.T, start *atomic.Int64) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if start.Load() == 0 {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %d.25\n%s", start.Load(), "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m-p\"} 0\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestRestartPastTheOldSeqIsDetected: the engine restarts and publishes
+// past the old process's last seq before kvroute reconnects. The replay from
+// last+1 used to pass for a continuation: the old blocks stayed held, the new
+// process's first batch was never applied and restarts stayed 0.
+func TestRestartPastTheOldSeqIsDetected(t *testing.T) {
+	st := steps(t)
+	empty := enc(t, []any{1.5, []any{}, 0})
+	var startTime atomic.Int64
+	startTime.Store(1767225600)
+	pub := newPublisher(t, "", 100)
+	ep, rep := pub.Endpoint(), pub.ReplayEndpoint()
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: ep, replay: rep, metrics: startTimeMetrics(t, &startTime)}))
+	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
+	h := start(t, cfg)
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt], st[stepDecode])
+	prompt := tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})
+	waitFor(t, "the old process's blocks", func() bool { return h.held("p", "r0", prompt) == 3 })
+
+	old := startTime.Swap(0)
+	pub.Close()
+	pub2, err := vllmzmq.NewPublisher(ep, rep, "", 100)
+	if err != nil {
+		t.Skipf("SKIP: the old ports were taken meanwhile: %v", err)
+	}
+	t.Cleanup(func() { pub2.Close() })
+	startTime.Store(old + 60)
+	pub2.Skip(st[stepLoRA]) // seq 0, published before kvroute reconnected
+	for range 3 {
+		pub2.Skip(empty) // seqs 1..3: past the old process's last seq (1)
+	}
+	waitSubscribed(t, pub2)
+	publish(t, pub2, empty)
+	waitFor(t, "the new process's blocks", func() bool { return h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], loraKeys)) == 2 })
+	waitFor(t, "the restart counted", func() bool { return h.mgr.Status()[0].Restarts >= 1 })
+	if got := h.held("p", "r0", prompt); got != 0 {
+		t.Errorf("the old process's %d blocks are still held", got)
+	}
+}
+
+// TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded: a new
+// process_start_time_seconds with no stream end seen (a connection left
+// hanging) drops the old process's blocks and counts a restart.
+func TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded(t *testing.T) {
+	st := steps(t)
+	var startTime atomic.Int64
+	startTime.Store(1767225600)
+	pub := newPublisher(t, "", 100)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), metrics: startTimeMetrics(t, &startTime)}))
+	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
+	h := start(t, cfg)
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt])
+	prompt := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
+	waitFor(t, "the blocks", func() bool { return h.held("p", "r0", prompt) == 2 })
+	waitFor(t, "a first start time", func() bool { return h.counter(metricScrapes, "outcome", "ok") >= 2 })
+	startTime.Add(60)
+	waitFor(t, "the restart", func() bool { return h.mgr.Status()[0].Restarts == 1 })
+	if got := h.held("p", "r0", prompt); got != 0 {
+		t.Errorf("%d old blocks held", got)
+	}
 }

@@ -17,12 +17,13 @@ type metrics struct {
 	queueDrops     *prometheus.CounterVec // pool, replica
 	parentUnknown  *prometheus.CounterVec // pool, replica
 	seqJumps       *prometheus.CounterVec // pool, replica
+	unroutable     *prometheus.CounterVec // pool, replica, reason
 	connected      *prometheus.GaugeVec   // pool, replica
 	lastSeq        *prometheus.GaugeVec   // pool, replica
 	lag            *prometheus.GaugeVec   // pool, replica
 	unknownTopic   prometheus.Counter
 	framesRefused  *prometheus.CounterVec // socket=bind|events|replay, reason
-	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error|invalid
+	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error|invalid|stalled
 	hitRate        *prometheus.GaugeVec   // pool, replica
 	configMismatch *prometheus.CounterVec // pool, replica, field=block_size|hash_algorithm
 	selfCheck      *prometheus.CounterVec // pool, verdict
@@ -67,6 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		restarts:      cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
 		queueDrops:    cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
 		parentUnknown: cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
+		unroutable:    cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
 		seqJumps:      cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
 		connected:     gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
 		lastSeq:       gv(metricLastSeq, "Last applied KV-event sequence number."),
@@ -82,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.seqJumps, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.seqJumps, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 		if err := reg.Register(PanicsTotal); err != nil {
 			if _, dup := err.(prometheus.AlreadyRegisteredError); !dup {
@@ -105,7 +107,15 @@ type rankMetrics struct {
 	replayFailed                        prometheus.Counter
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
 	scrapeOK, scrapeErr, scrapeInvalid  prometheus.Counter
+	scrapeStalled                       prometheus.Counter
 	mismatchBS, mismatchAlgo            prometheus.Counter
+	unroutableVec                       *prometheus.CounterVec
+	pool, replica                       string
+}
+
+// unroutable is the rank's kvroute_ingest_unroutable_total{reason}.
+func (r *rankMetrics) unroutable(reason string) prometheus.Counter {
+	return r.unroutableVec.WithLabelValues(r.pool, r.replica, reason)
 }
 
 func (m *metrics) forRank(pool, replica string) *rankMetrics {
@@ -126,11 +136,12 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
 		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
 		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps),
+		unroutableVec: m.unroutable, pool: pool, replica: replica,
 		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),
 		connected: m.connected.With(l), lastSeq: m.lastSeq.With(l), lag: m.lag.With(l), hitRate: m.hitRate.With(l),
 		scrapeOK: with(m.scrapes, "outcome", "ok"), scrapeErr: with(m.scrapes, "outcome", "error"),
-		scrapeInvalid: with(m.scrapes, "outcome", "invalid"),
-		mismatchBS:    with(m.configMismatch, "field", "block_size"), mismatchAlgo: with(m.configMismatch, "field", "hash_algorithm"),
+		scrapeInvalid: with(m.scrapes, "outcome", "invalid"), scrapeStalled: with(m.scrapes, "outcome", "stalled"),
+		mismatchBS: with(m.configMismatch, "field", "block_size"), mismatchAlgo: with(m.configMismatch, "field", "hash_algorithm"),
 	}
 }

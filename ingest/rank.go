@@ -23,12 +23,20 @@ type rankState struct {
 	replay string // this rank's ROUTER endpoint, "" without replay
 	met    *rankMetrics
 
-	queue       chan liveBatch
-	wake        chan struct{}
-	resync      atomic.Bool // a new connection: replay what was missed
-	dropPending atomic.Bool // the reader dropped a batch on a full queue
-	connected   atomic.Bool
-	queuedBytes atomic.Int64 // payload bytes in queue
+	queue          chan liveBatch
+	wake           chan struct{}
+	resync         atomic.Bool // a new connection: replay what was missed
+	dropPending    atomic.Bool // the reader dropped a batch on a full queue
+	connected      atomic.Bool
+	queuedBytes    atomic.Int64 // payload bytes in queue
+	gone           atomic.Bool  // the engine is gone: the applier drops the rank's blocks
+	lastLiveAt     atomic.Int64 // unix nanos of the last live batch read
+	health         health
+	restartSeen    atomic.Bool  // the scraper saw a new process_start_time_seconds
+	restartDrops   atomic.Int64 // drops as of the old start time's last reading
+	drops          atomic.Int64 // times the applier dropped all of the rank's blocks
+	gonePrev       goneEpisode  // applier-owned
+	restartCounted int64        // applier-owned: the drops episode a restart was counted for
 
 	// Applier-owned.
 	dec        *Decoder
@@ -70,6 +78,7 @@ type seqState struct {
 // queue (ingest.queue_size batches, or maxQueuedBytes of payload) drops it,
 // counts it, and leaves the gap for replay to fill.
 func (rs *rankState) enqueue(b liveBatch) {
+	rs.lastLiveAt.Store(time.Now().UnixNano())
 	n := int64(len(b.payload))
 	if rs.queuedBytes.Add(n) > rs.mgr.maxQueuedBytes() {
 		rs.queuedBytes.Add(-n)
@@ -124,12 +133,18 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 			return
 		case b := <-rs.queue:
 			rs.queuedBytes.Add(-int64(len(b.payload)))
+			if rs.gone.Load() {
+				rs.dropGone() // b belonged to the connection that ended
+				continue
+			}
 			if rs.resync.Swap(false) {
 				rs.onConnect(ctx)
 			}
 			rs.handleLive(ctx, b)
 			retry = nil
 		case <-rs.wake:
+			rs.dropGone()
+			rs.onEngineRestarted()
 			if rs.resync.Swap(false) {
 				rs.onConnect(ctx)
 			}
@@ -165,6 +180,7 @@ func (rs *rankState) onConnect(ctx context.Context) bool {
 // handleLive applies one live batch in sequence, replaying gaps and
 // detecting restarts.
 func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
+	rs.firstLiveAfterGone(b.seq)
 	s := &rs.seq
 	if s.haveTopic && b.topic != s.topic {
 		rs.mgr.log.Warn("ingest: publisher topic changed; treating as a restart", "pool", rs.pool.cfg.Name, "replica", rs.name)
@@ -253,12 +269,10 @@ func (rs *rankState) implausibleJump(seq uint64, why string) {
 // restart handles a publisher that started over: forget the replica's
 // blocks and sequence, then resync from the new stream's beginning.
 func (rs *rankState) restart(ctx context.Context, seq uint64) {
-	rs.met.restarts.Inc()
 	rs.mgr.log.Info("ingest: publisher restarted; clearing replica", "pool", rs.pool.cfg.Name, "replica", rs.name, "seq", seq, "last_seq", rs.seq.last)
-	rs.clear()
-	rs.st.update(func(st *rankStatus) { st.Restarts++; st.Partial = false })
-	topic, haveTopic := rs.seq.topic, rs.seq.haveTopic
-	rs.seq = seqState{topic: topic, haveTopic: haveTopic, initialDone: true}
+	rs.dropAll()
+	rs.countRestart("seq_backwards")
+	rs.seq.initialDone = true
 	if rs.replay != "" && seq > 0 {
 		rs.replayFrom(ctx, 0, seq)
 	}

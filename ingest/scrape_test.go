@@ -139,7 +139,7 @@ func TestScraperLearnsBlockSizeFallsBackToOldNamesAndMarksUnhealthy(t *testing.T
 	fail.Store(true)
 	for i := range unhealthyAfter {
 		sc.scrape(ctx)
-		if st, _ := ix.Replica(sc.ranks[0].r); st.Healthy != (i+1 < unhealthyAfter) {
+		if st, _ := ix.Replica(sc.ranks[0].r); st.Healthy {
 			t.Fatalf("after %d failures healthy=%v", i+1, st.Healthy)
 		}
 	}
@@ -217,4 +217,38 @@ func FuzzScrapeParser(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFrozenEngineIsUnroutableWhileItsScrapeStalls: an engine that accepts
+// the /metrics connection and never answers (a SIGSTOPped process) is
+// unroutable while the scrape waits, long before the scrape timeout, and
+// routable again once it answers.
+func TestFrozenEngineIsUnroutableWhileItsScrapeStalls(t *testing.T) {
+	release := make(chan struct{})
+	var frozen atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if frozen.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprint(w, oldVLLMMetrics)
+	}))
+	defer srv.Close()
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
+	cfg.Ingest.ScrapeTimeout = config.Duration(time.Minute)
+	h := start(t, cfg)
+	healthy := func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return st.Healthy && !st.LoadAt.IsZero() }
+	waitFor(t, "a first reading", healthy)
+	frozen.Store(true)
+	waitFor(t, "unroutable while the scrape stalls", func() bool { return !healthy() })
+	if got := h.counter(metricUnroutable, "reason", downScrapeStall); got != 1 {
+		t.Errorf("%v stalls counted, want 1", got)
+	}
+	frozen.Store(false)
+	close(release)
+	waitFor(t, "routable again", healthy)
 }

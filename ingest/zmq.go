@@ -66,7 +66,16 @@ func (rs *rankState) subscribeOnce(ctx context.Context) error {
 		return err
 	}
 	rs.setConnected(true)
-	defer rs.setConnected(false)
+	rs.setStream(false)
+	defer func() {
+		rs.setConnected(false)
+		if ctx.Err() == nil {
+			// The engine closed the stream (it exited or restarted): stop
+			// routing to it now and drop what the old process held.
+			rs.setStream(true)
+			rs.engineGone()
+		}
+	}()
 	rs.resync.Store(true)
 	rs.poke()
 	for {
