@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 const (
@@ -47,8 +48,8 @@ func benchBatches(tb testing.TB) [][]byte {
 
 func BenchmarkDecode_16BlockStoredPlus16Removed(b *testing.B) {
 	payloads := benchBatches(b)
-	d := NewDecoder()
-	var batch EventBatch
+	d := vllmevent.NewDecoder()
+	var batch vllmevent.EventBatch
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 // maxRetainedDecodeBytes bounds the decode buffers an applier keeps between
@@ -14,11 +15,11 @@ import (
 const maxRetainedDecodeBytes = 1 << 20
 
 // retainedBytes is the capacity, in bytes, the batch's reusable slices hold.
-func retainedBytes(b *EventBatch) int {
-	n := cap(b.Events) * int(unsafe.Sizeof(Event{}))
+func retainedBytes(b *vllmevent.EventBatch) int {
+	n := cap(b.Events) * int(unsafe.Sizeof(vllmevent.Event{}))
 	for _, ev := range b.Events[:cap(b.Events)] {
 		n += cap(ev.BlockHashes)*int(unsafe.Sizeof(blockhash.EventHash{})) +
-			cap(ev.TokenIDs)*4 + cap(ev.ExtraKeys)*int(unsafe.Sizeof([]ExtraKey{}))
+			cap(ev.TokenIDs)*4 + cap(ev.ExtraKeys)*int(unsafe.Sizeof([]vllmevent.ExtraKey{}))
 	}
 	return n
 }
@@ -27,7 +28,7 @@ func retainedBytes(b *EventBatch) int {
 // them beyond maxRetainedDecodeBytes.
 func (rs *rankState) trimBuffers() {
 	if retainedBytes(&rs.batch) > maxRetainedDecodeBytes {
-		rs.batch = EventBatch{}
+		rs.batch = vllmevent.EventBatch{}
 	}
 	if cap(rs.keysBuf)*int(unsafe.Sizeof(index.BlockKey(0))) > maxRetainedDecodeBytes {
 		rs.keysBuf = nil

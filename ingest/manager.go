@@ -24,6 +24,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 // Options configures a Manager.
@@ -152,7 +153,7 @@ func (m *Manager) newRank(ps *poolState, rc *config.Replica, rank int, r index.R
 		mgr: m, pool: ps, cfg: rc, rank: rank, name: rc.RankName(rank), r: r,
 		queue: make(chan liveBatch, max(m.cfg.Ingest.QueueSize, 1)),
 		wake:  make(chan struct{}, 1),
-		dec:   NewDecoder(),
+		dec:   vllmevent.NewDecoder(),
 	}
 	rs.met = m.m.forRank(ps.cfg.Name, rs.name)
 	rs.keys = newKeyMap(m.tuning.keyMapCap)

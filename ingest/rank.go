@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 // rankState is one replica rank: one publisher's stream. Its socket reader
@@ -39,8 +40,8 @@ type rankState struct {
 	restartCounted int64        // applier-owned: the drops episode a restart was counted for
 
 	// Applier-owned.
-	dec        *Decoder
-	batch      EventBatch
+	dec        *vllmevent.Decoder
+	batch      vllmevent.EventBatch
 	seq        seqState
 	keys       *keyMap
 	keysBuf    []index.BlockKey

@@ -1,4 +1,11 @@
-package ingest
+// Package vllmevent decodes vLLM's KV-cache event batches (the msgpack
+// payload of each ZeroMQ message) in every layout vLLM has published, and
+// prints them as JSON for operators. It is the one decoder kvroute's ingest,
+// `kvroute events decode` and the engine emulator's tests share.
+//
+// Source of truth: vllm/distributed/kv_events.py at upstream main 5ac26849,
+// as specified in ../shared/VLLM.md §3.
+package vllmevent
 
 import (
 	"bytes"
