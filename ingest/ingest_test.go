@@ -986,3 +986,40 @@ func TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded(t *testing.T) {
 		t.Errorf("%d old blocks held", got)
 	}
 }
+
+// TestUnconfirmedHugeJumpWithoutReplayIsDropped: with no replay to check
+// against, a jump of more than maxSeqJump is taken only when the next batch
+// continues it; a lone forged seq 2^40 is dropped and counted.
+func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
+	st := steps(t)
+	bind := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Ingest.Bind = bind
+	h := start(t, cfg)
+	var engine *vllmzmq.Publisher
+	waitFor(t, "the engine dials", func() bool {
+		var err error
+		engine, err = vllmzmq.DialPublisher(bind, "", "engine-a", 10)
+		return err == nil
+	})
+	t.Cleanup(func() { engine.Close() })
+	waitSubscribed(t, engine)
+	publish(t, engine, st[stepPrompt])
+	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
+	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	t.Cleanup(func() { forger.Close() })
+	if err := forger.Dial(bind); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forged batch dropped", func() bool {
+		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 1<<40), st[stepLoRA]))
+		return h.counter(metricSeqJumps) >= 1
+	})
+	publish(t, engine, st[stepDecode])
+	waitFor(t, "the engine's next batch", func() bool {
+		return h.held("p", "a", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
+	})
+	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
+		t.Errorf("the forged batch's %d blocks are held", got)
+	}
+}
