@@ -107,7 +107,7 @@ type Ingest struct {
 	// MaxMessageBytes bounds one ZeroMQ message (and so each of its frames)
 	// on every ingest socket; a peer announcing more is disconnected before
 	// anything is allocated.
-	MaxMessageBytes int64 `yaml:"max_message_bytes"`
+	MaxMessageBytes int `yaml:"max_message_bytes"`
 }
 
 // Pool is a model served by a set of replicas sharing tokenizer, block size

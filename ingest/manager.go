@@ -97,7 +97,7 @@ func New(opts Options) (*Manager, error) {
 		m.now = time.Now
 	}
 	m.httpc = &http.Client{Timeout: max(m.cfg.Ingest.ScrapeTimeout.Std(), time.Millisecond)}
-	m.maxMessageBytes = m.cfg.Ingest.MaxMessageBytes
+	m.maxMessageBytes = int64(m.cfg.Ingest.MaxMessageBytes)
 	if m.maxMessageBytes <= 0 {
 		m.maxMessageBytes = config.DefaultMaxMessageBytes
 	}
