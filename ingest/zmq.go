@@ -153,6 +153,7 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 // readBound reads one bind-mode socket; the topic says which engine sent a
 // message and the socket says which DP rank.
 func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
+	var lastUnknownLog time.Time // at most one log line a second for rejected topics
 	for {
 		msg, err := s.Recv()
 		if err != nil {
@@ -167,6 +168,11 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 		rs := m.resolveTopic(string(msg.Frames[0]), rank)
 		if rs == nil {
 			m.m.unknownTopic.Inc()
+			if now := time.Now(); now.Sub(lastUnknownLog) >= time.Second {
+				lastUnknownLog = now
+				m.log.Warn("ingest: rejected a KV-event message whose topic names no configured replica (lengths only)",
+					"dp_rank", rank, "topic_bytes", len(msg.Frames[0]), "frames", len(msg.Frames))
+			}
 			continue
 		}
 		if b, ok := rs.frames(msg.Frames); ok {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
+
+	"github.com/kvroute/kvroute/config"
 )
 
 // go-zeromq/zmq4 v0.17.0 allocates every frame at the length its peer
@@ -88,7 +90,7 @@ func withFrameLimit(ctx context.Context, l *frameLimit) context.Context {
 
 // fallbackFrameLimit applies to a capped socket created without a limit in
 // its context: never unbounded.
-var fallbackFrameLimit = &frameLimit{maxMessageBytes: 32 << 20}
+var fallbackFrameLimit = &frameLimit{maxMessageBytes: config.DefaultMaxMessageBytes}
 
 func frameLimitOf(ctx context.Context) *frameLimit {
 	if l, ok := ctx.Value(frameLimitKey{}).(*frameLimit); ok && l != nil {
