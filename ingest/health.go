@@ -20,7 +20,7 @@ import (
 
 // scrapeStallAfter: a scrape still waiting this long marks the replica
 // unhealthy until it answers.
-const scrapeStallAfter = 400 * time.Millisecond
+const scrapeStallAfter = 300 * time.Millisecond
 
 // Reasons of kvroute_ingest_unroutable_total.
 const (

@@ -96,7 +96,7 @@ func baseConfig(pools ...config.Pool) *config.Config {
 }
 
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	ix  *index.Index
 	mgr *Manager
 	reg *prometheus.Registry
@@ -104,7 +104,7 @@ type harness struct {
 
 // start registers the config in a fresh index as `kvroute serve` does, runs
 // a Manager and stops it (waiting for every goroutine) at cleanup.
-func start(t *testing.T, cfg *config.Config, tweak ...func(*Manager)) *harness {
+func start(t testing.TB, cfg *config.Config, tweak ...func(*Manager)) *harness {
 	t.Helper()
 	ix := index.New(index.Options{})
 	for _, p := range cfg.Pools {
@@ -148,7 +148,7 @@ func start(t *testing.T, cfg *config.Config, tweak ...func(*Manager)) *harness {
 }
 
 // waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -240,7 +240,7 @@ func engineKeys(t testing.TB, seedStr string, tokens []uint32, rk blockhash.Requ
 	return keys
 }
 
-func newPublisher(t *testing.T, topic string, bufferSteps int) *vllmzmq.Publisher {
+func newPublisher(t testing.TB, topic string, bufferSteps int) *vllmzmq.Publisher {
 	t.Helper()
 	p, err := vllmzmq.NewPublisher("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", topic, bufferSteps)
 	if err != nil {
@@ -250,7 +250,7 @@ func newPublisher(t *testing.T, topic string, bufferSteps int) *vllmzmq.Publishe
 	return p
 }
 
-func waitSubscribed(t *testing.T, p *vllmzmq.Publisher) {
+func waitSubscribed(t testing.TB, p *vllmzmq.Publisher) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -259,7 +259,7 @@ func waitSubscribed(t *testing.T, p *vllmzmq.Publisher) {
 	}
 }
 
-func publish(t *testing.T, p *vllmzmq.Publisher, payloads ...[]byte) {
+func publish(t testing.TB, p *vllmzmq.Publisher, payloads ...[]byte) {
 	t.Helper()
 	for _, pl := range payloads {
 		if _, err := p.Publish(pl); err != nil {
@@ -912,7 +912,7 @@ func TestDeadEngineIsUnroutableAndItsBlocksDropped(t *testing.T) {
 // process_start_time_seconds (as prometheus_client's process collector);
 // 0 means the engine is down (503), as between a process's death and its
 // successor's start.
-func startTimeMetrics(t *testing.T, start *atomic.Int64) string {
+func startTimeMetrics(t testing.TB, start *atomic.Int64) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if start.Load() == 0 {
 			http.Error(w, "down", http.StatusServiceUnavailable)
