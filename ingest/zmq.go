@@ -165,7 +165,10 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 		if msg.Type == zmq4.CmdMsg || len(msg.Frames) == 0 {
 			continue
 		}
-		rs := m.resolveTopic(string(msg.Frames[0]), rank)
+		var rs *rankState
+		if len(msg.Frames[0]) <= maxTopicBytes {
+			rs = m.resolveTopic(string(msg.Frames[0]), rank)
+		}
 		if rs == nil {
 			m.m.unknownTopic.Inc()
 			if now := time.Now(); now.Sub(lastUnknownLog) >= time.Second {
@@ -184,21 +187,29 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 	}
 }
 
-// maxTopicCache bounds the bind-mode topic cache (topics come from the network).
+// maxTopicCache bounds the bind-mode topic cache (topics come from the
+// network); only topics that name a replica are cached.
 const maxTopicCache = 4096
+
+// maxTopicBytes: a longer bind-mode topic names no replica (vLLM's are
+// short, e.g. kv@10.0.0.7:8000@Qwen/Qwen3-8B) and is rejected unread.
+const maxTopicBytes = 1024
 
 // resolveTopic finds the replica rank a bind-mode topic belongs to: a
 // replica whose topic is exactly it, else the `kv@<ip>:<port>@<model>`
 // convention matched against replica addresses (and pool models when the
 // address is ambiguous).
 func (m *Manager) resolveTopic(topic string, rank int) *rankState {
+	if len(topic) > maxTopicBytes {
+		return nil
+	}
 	m.topicMu.Lock()
 	ranks, ok := m.topicCache[topic]
 	m.topicMu.Unlock()
 	if !ok {
 		ranks = m.matchTopic(topic)
 		m.topicMu.Lock()
-		if len(m.topicCache) < maxTopicCache {
+		if ranks != nil && len(m.topicCache) < maxTopicCache {
 			m.topicCache[topic] = ranks
 		}
 		m.topicMu.Unlock()

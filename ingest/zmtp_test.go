@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
@@ -286,5 +289,41 @@ func TestBindWithoutHostListensOnLoopbackOnly(t *testing.T) {
 		if got := loopbackByDefault(ep); got != want {
 			t.Errorf("loopbackByDefault(%s) = %s, want %s", ep, got, want)
 		}
+	}
+}
+
+// TestUnknownTopicsAreNotCached: a peer on the bound socket sending many
+// distinct (and long) topics is rejected and counted without filling the
+// topic cache, which keeps only topics that name a replica.
+func TestUnknownTopicsAreNotCached(t *testing.T) {
+	st := steps(t)
+	bind := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Ingest.Bind = bind
+	h := start(t, cfg)
+	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	t.Cleanup(func() { forger.Close() })
+	if err := forger.Dial(bind); err != nil {
+		t.Fatal(err)
+	}
+	seq := binary.BigEndian.AppendUint64(nil, 0)
+	sent := 0
+	waitFor(t, "the forged topics rejected", func() bool {
+		for range 100 {
+			topic := []byte(fmt.Sprintf("kv@10.9.%d.%d:8000@m-p", sent/256, sent%256))
+			if sent%10 == 0 {
+				topic = append(topic, bytes.Repeat([]byte("x"), 64<<10)...)
+			}
+			if forger.Send(zmq4.NewMsgFrom(topic, seq, st[stepPrompt])) == nil {
+				sent++
+			}
+		}
+		return h.counter(metricUnknownTopic) >= 5000
+	})
+	h.mgr.topicMu.Lock()
+	n := len(h.mgr.topicCache)
+	h.mgr.topicMu.Unlock()
+	if n != 0 {
+		t.Errorf("%d rejected topics cached", n)
 	}
 }
