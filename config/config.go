@@ -119,6 +119,10 @@ type Ingest struct {
 	ScrapeInterval Duration `yaml:"scrape_interval"`
 	// ScrapeTimeout bounds one /metrics request.
 	ScrapeTimeout Duration `yaml:"scrape_timeout"`
+	// MaxMessageBytes bounds one ZeroMQ message (and so each of its frames)
+	// on every ingest socket; a peer announcing more is disconnected before
+	// anything is allocated.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
 }
 
 // Pool is a model served by a set of replicas sharing tokenizer, block size

@@ -31,6 +31,13 @@ const (
 	DefaultScrapeTimeout       = 2 * time.Second
 	DefaultHashAlgorithm       = "sha256"
 	DefaultDataParallelSize    = 1
+	// DefaultMaxMessageBytes: vLLM publishes one batch per scheduler step. A
+	// 1M-token prefill at block size 16 stores ≈ 5.9 MB (5-byte token ids,
+	// 9-byte hashes) and may evict as many blocks, ≈ 4.2 MB of one-hash
+	// BlockRemoved maps: ≈ 10 MB per full-attention group. 32 MiB leaves 3×.
+	DefaultMaxMessageBytes = 32 << 20
+	// MaxMessageBytesLimit is the largest ingest.max_message_bytes accepted.
+	MaxMessageBytesLimit = 1 << 30
 )
 
 // Default returns the configuration with every default filled in and no
@@ -60,6 +67,7 @@ func Default() Config {
 			ReconnectMaxBackoff: Duration(DefaultReconnectMaxBackoff),
 			ScrapeInterval:      Duration(DefaultScrapeInterval),
 			ScrapeTimeout:       Duration(DefaultScrapeTimeout),
+			MaxMessageBytes:     DefaultMaxMessageBytes,
 		},
 	}
 }

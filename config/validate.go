@@ -72,6 +72,9 @@ func (c *Config) Validate() error {
 	if c.Ingest.ReconnectMaxBackoff <= 0 {
 		v.fail("ingest.reconnect_max_backoff", "%s must be positive", c.Ingest.ReconnectMaxBackoff)
 	}
+	if c.Ingest.MaxMessageBytes <= 0 || c.Ingest.MaxMessageBytes > MaxMessageBytesLimit {
+		v.fail("ingest.max_message_bytes", "%d must be in (0, %d]", c.Ingest.MaxMessageBytes, MaxMessageBytesLimit)
+	}
 	if c.Ingest.ScrapeTimeout <= 0 {
 		v.fail("ingest.scrape_timeout", "%s must be positive", c.Ingest.ScrapeTimeout)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 // Self-check sampling: the first selfCheckFirst runs from block 0 of every
@@ -17,21 +18,21 @@ const (
 
 // tierOf maps an event's medium to an index tier: GPU (or none, as before
 // vLLM sent the field) → GPU; CPU, STORAGE and anything else → CPU.
-func tierOf(ev *Event) index.Tier {
-	if !ev.HasMedium || ev.Medium == mediumGPU || ev.Medium == "" {
+func tierOf(ev *vllmevent.Event) index.Tier {
+	if !ev.HasMedium || ev.Medium == vllmevent.MediumGPU || ev.Medium == "" {
 		return index.TierGPU
 	}
 	return index.TierCPU
 }
 
 // applyEvent writes one event to the index under the pool's key mode.
-func (rs *rankState) applyEvent(ev *Event) {
+func (rs *rankState) applyEvent(ev *vllmevent.Event) {
 	switch ev.Type {
-	case EventBlockStored:
+	case vllmevent.EventBlockStored:
 		rs.applyStored(ev)
-	case EventBlockRemoved:
+	case vllmevent.EventBlockRemoved:
 		rs.applyRemoved(ev)
-	case EventAllBlocksCleared:
+	case vllmevent.EventAllBlocksCleared:
 		rs.met.cleared.Inc()
 		rs.clear()
 	default:
@@ -43,7 +44,7 @@ func (rs *rankState) applyEvent(ev *Event) {
 // applied: only groups that keep the whole prefix (full attention and
 // kin). BlockRemoved carries no kind, so the kind seen in the group's
 // BlockStored events decides.
-func (rs *rankState) appliesGroup(ev *Event) bool {
+func (rs *rankState) appliesGroup(ev *vllmevent.Event) bool {
 	if ev.HasKVCacheSpecKind {
 		ok := prefixKinds[ev.KVCacheSpecKind]
 		if ev.HasGroupIdx {
@@ -64,7 +65,7 @@ func (rs *rankState) appliesGroup(ev *Event) bool {
 	return true
 }
 
-func (rs *rankState) applyStored(ev *Event) {
+func (rs *rankState) applyStored(ev *vllmevent.Event) {
 	if !rs.appliesGroup(ev) {
 		rs.met.skipGroup.Inc()
 		return
@@ -127,7 +128,7 @@ func (rs *rankState) applyStored(ev *Event) {
 
 // blockExtra returns block i's extra keys: the event's extra_keys entry i
 // (since vLLM PR #33304), else the LoRA name alone (older engines).
-func blockExtra(ev *Event, i int, buf []blockhash.Value) []blockhash.Value {
+func blockExtra(ev *vllmevent.Event, i int, buf []blockhash.Value) []blockhash.Value {
 	if ev.HasExtraKeys {
 		if i >= len(ev.ExtraKeys) || ev.ExtraKeys[i] == nil {
 			return nil
@@ -149,7 +150,7 @@ func blockExtra(ev *Event, i int, buf []blockhash.Value) []blockhash.Value {
 	return nil
 }
 
-func (rs *rankState) applyRemoved(ev *Event) {
+func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 	if !rs.appliesGroup(ev) {
 		rs.met.skipGroup.Inc()
 		return
@@ -178,7 +179,7 @@ func (rs *rankState) applyRemoved(ev *Event) {
 
 // selfCheck recomputes a run from block 0 with the pool's configured vLLM
 // algorithm and seed (when a seed is configured) and counts mismatches.
-func (rs *rankState) selfCheck(ev *Event) {
+func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 	rs.checks++
 	if rs.checks > selfCheckFirst && rs.checks%selfCheckEvery != 0 {
 		return

@@ -1,12 +1,17 @@
 package ingest
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 const (
@@ -48,8 +53,8 @@ func benchBatches(tb testing.TB) [][]byte {
 
 func BenchmarkDecode_16BlockStoredPlus16Removed(b *testing.B) {
 	payloads := benchBatches(b)
-	d := NewDecoder()
-	var batch EventBatch
+	d := vllmevent.NewDecoder()
+	var batch vllmevent.EventBatch
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -96,3 +101,75 @@ func BenchmarkDecodeApply_TokensKeys(b *testing.B) { benchDecodeApply(b, config.
 
 // BenchmarkDecodeApply_EngineKeys is decode + apply with vLLM's hashes as keys.
 func BenchmarkDecodeApply_EngineKeys(b *testing.B) { benchDecodeApply(b, config.KeysEngine) }
+
+// BenchmarkUnroutableAfterStreamEnd measures, per op, how long a replica
+// stays routable after its engine's event stream ends (the process exits):
+// from closing the publisher to the index marking the replica unhealthy.
+func BenchmarkUnroutableAfterStreamEnd(b *testing.B) {
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		pub := newPublisher(b, "", 10)
+		h := start(b, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint()})))
+		waitFor(b, "connected", func() bool { return h.rank("r0").connected.Load() })
+		b.StartTimer()
+		t0 := time.Now()
+		pub.Close()
+		for {
+			if st, _ := h.ix.Replica(h.rank("r0").r); !st.Healthy {
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-unroutable")
+}
+
+// BenchmarkUnroutableAfterFreeze measures how long a replica whose /metrics
+// stops answering (a SIGSTOPped engine) stays routable, with the default 2 s
+// scrape timeout, at the default 1 s scrape interval and at 100 ms.
+func BenchmarkUnroutableAfterFreeze(b *testing.B) {
+	for _, iv := range []time.Duration{time.Second, 100 * time.Millisecond} {
+		b.Run("interval="+iv.String(), func(b *testing.B) { benchFreeze(b, iv) })
+	}
+}
+
+func benchFreeze(b *testing.B, interval time.Duration) {
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		var frozen atomic.Bool
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if frozen.Load() {
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+				return
+			}
+			fmt.Fprint(w, oldVLLMMetrics)
+		}))
+		cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+		cfg.Ingest.ScrapeInterval = config.Duration(interval)
+		cfg.Ingest.ScrapeTimeout = config.Duration(2 * time.Second)
+		h := start(b, cfg)
+		waitFor(b, "a reading", func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return !st.LoadAt.IsZero() })
+		b.StartTimer()
+		t0 := time.Now()
+		frozen.Store(true)
+		for {
+			if st, _ := h.ix.Replica(h.rank("r0").r); !st.Healthy {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		total += time.Since(t0)
+		b.StopTimer()
+		close(release)
+		srv.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-unroutable")
+}

@@ -2,37 +2,6 @@ package ingest
 
 // The wire contract with vLLM and the metric names, in one place.
 
-// Event tags: vLLM's class names (vllm/distributed/kv_events.py, upstream main 5ac26849).
-const (
-	tagBlockStored      = "BlockStored"
-	tagBlockRemoved     = "BlockRemoved"
-	tagAllBlocksCleared = "AllBlocksCleared"
-)
-
-// Event field names in declaration order (the map layout's keys).
-const (
-	fType            = "type"
-	fBlockHashes     = "block_hashes"
-	fParentBlockHash = "parent_block_hash"
-	fTokenIDs        = "token_ids"
-	fBlockSize       = "block_size"
-	fLoRAID          = "lora_id"
-	fMedium          = "medium"
-	fLoRAName        = "lora_name"
-	fExtraKeys       = "extra_keys"
-	fGroupIdx        = "group_idx"
-	fKVCacheSpecKind = "kv_cache_spec_kind"
-	fSlidingWindow   = "kv_cache_spec_sliding_window"
-	fLocality        = "locality"
-)
-
-// Media vLLM reports; GPU blocks go to index.TierGPU, every other medium
-// (CPU, STORAGE, older FS/OBJ) to index.TierCPU.
-const (
-	mediumGPU = "GPU"
-	mediumCPU = "CPU"
-)
-
 // KV-cache spec kinds whose events ingest applies: groups that keep every
 // block of the prefix. Sliding-window, chunked-local and mamba groups drop
 // old blocks as a matter of course, so their removals would wrongly erase
@@ -43,10 +12,6 @@ var prefixKinds = map[string]bool{
 	"sink_full_attention": true,
 	"unknown":             true,
 }
-
-// internedStrings are decoded without allocating.
-var internedStrings = []string{mediumGPU, mediumCPU, "full_attention", "LOCAL", "REMOTE", "STORAGE",
-	tagBlockStored, tagBlockRemoved, tagAllBlocksCleared}
 
 // ZMQ framing (VLLM.md §4): live [topic, seq(8 BE), payload]; replay request
 // ["", start_seq(8 BE)] from a DEALER; the reply stream ends with seq ffx8.
@@ -66,10 +31,13 @@ const (
 	metricRestarts       = "kvroute_ingest_restarts_total"
 	metricQueueDrops     = "kvroute_ingest_queue_drops_total"
 	metricParentUnknown  = "kvroute_ingest_parent_unknown_total"
+	metricSeqJumps       = "kvroute_ingest_seq_jumps_total"
+	metricUnroutable     = "kvroute_ingest_unroutable_total"
 	metricConnected      = "kvroute_ingest_connected"
 	metricLastSeq        = "kvroute_ingest_last_seq"
 	metricLag            = "kvroute_ingest_lag_seconds"
 	metricUnknownTopic   = "kvroute_ingest_unknown_topic_total"
+	metricFramesRefused  = "kvroute_ingest_frames_refused_total"
 	metricScrapes        = "kvroute_ingest_scrapes_total"
 	metricHitRate        = "kvroute_ingest_prefix_cache_hit_rate"
 	metricConfigMismatch = "kvroute_ingest_config_mismatch_total"
@@ -88,6 +56,7 @@ const (
 	vllmQueriesOld     = "vllm:gpu_prefix_cache_queries"
 	vllmHitsOld        = "vllm:gpu_prefix_cache_hits"
 	vllmCacheConfig    = "vllm:cache_config_info"
+	processStartTime   = "process_start_time_seconds" // prometheus_client's process collector
 	labelModelName     = "model_name"
 	labelEngine        = "engine"
 	labelBlockSize     = "block_size"

@@ -19,6 +19,8 @@ type rankStatus struct {
 	QueueDrops       int64
 	ParentUnknown    int64
 	SchemeMismatches int64
+	SeqJumps         int64
+	EnginesGone      int64
 	Partial          bool
 	LastSeq          uint64
 	HasSeq           bool
@@ -82,6 +84,8 @@ type ReplicaStatus struct {
 	QueueDrops       int64      `json:"queue_drops"`
 	ParentUnknown    int64      `json:"parent_unknown"`
 	SchemeMismatches int64      `json:"scheme_mismatches"`
+	SeqJumps         int64      `json:"seq_jumps"`
+	EnginesGone      int64      `json:"engines_gone"`
 	LastBatchAt      *time.Time `json:"last_batch_at,omitempty"`
 	LagSeconds       float64    `json:"lag_seconds"`
 	LastError        string     `json:"last_error,omitempty"`
@@ -110,6 +114,7 @@ func (m *Manager) Status() []ReplicaStatus {
 			Connected: rs.connected.Load(), Batches: s.Batches, Gaps: s.Gaps, Replays: s.Replays,
 			ReplaysPartial: s.ReplaysPartial, Partial: s.Partial, Restarts: s.Restarts, DecodeErrors: s.DecodeErrors,
 			QueueDrops: s.QueueDrops, ParentUnknown: s.ParentUnknown, SchemeMismatches: s.SchemeMismatches,
+			SeqJumps:   s.SeqJumps,
 			LagSeconds: s.LagSeconds, LastError: s.LastError, PoolBlockSize: rs.pool.blockSize(),
 		}
 		if s.HasSeq {

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/panics"
 )
 
 func TestMain(m *testing.M) {
@@ -94,7 +97,7 @@ func baseConfig(pools ...config.Pool) *config.Config {
 }
 
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	ix  *index.Index
 	mgr *Manager
 	reg *prometheus.Registry
@@ -102,7 +105,7 @@ type harness struct {
 
 // start registers the config in a fresh index as `kvroute serve` does, runs
 // a Manager and stops it (waiting for every goroutine) at cleanup.
-func start(t *testing.T, cfg *config.Config, tweak ...func(*Manager)) *harness {
+func start(t testing.TB, cfg *config.Config, tweak ...func(*Manager)) *harness {
 	t.Helper()
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
 	for _, p := range cfg.Pools {
@@ -146,7 +149,7 @@ func start(t *testing.T, cfg *config.Config, tweak ...func(*Manager)) *harness {
 }
 
 // waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -238,7 +241,7 @@ func engineKeys(t testing.TB, seedStr string, tokens []uint32, rk blockhash.Requ
 	return keys
 }
 
-func newPublisher(t *testing.T, topic string, bufferSteps int) *vllmzmq.Publisher {
+func newPublisher(t testing.TB, topic string, bufferSteps int) *vllmzmq.Publisher {
 	t.Helper()
 	p, err := vllmzmq.NewPublisher("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", topic, bufferSteps)
 	if err != nil {
@@ -248,7 +251,7 @@ func newPublisher(t *testing.T, topic string, bufferSteps int) *vllmzmq.Publishe
 	return p
 }
 
-func waitSubscribed(t *testing.T, p *vllmzmq.Publisher) {
+func waitSubscribed(t testing.TB, p *vllmzmq.Publisher) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -257,7 +260,7 @@ func waitSubscribed(t *testing.T, p *vllmzmq.Publisher) {
 	}
 }
 
-func publish(t *testing.T, p *vllmzmq.Publisher, payloads ...[]byte) {
+func publish(t testing.TB, p *vllmzmq.Publisher, payloads ...[]byte) {
 	t.Helper()
 	for _, pl := range payloads {
 		if _, err := p.Publish(pl); err != nil {
@@ -721,5 +724,303 @@ func TestTopicConvention(t *testing.T) {
 		if got := ok && addressMatches(c.replicaAddr, addr); got != c.want {
 			t.Errorf("%s vs %s: %v, want %v", c.topic, c.replicaAddr, got, c.want)
 		}
+	}
+}
+
+// TestParentHashZeroIsARootBlock: llm-d-inference-sim publishes BlockStored
+// in the positional layout with parent_block_hash 0 for a run from block 0
+// (its KV-event sender marshals llm-d-kv-cache's BlockStored, whose parent is
+// EmptyBlockHash = 0). Those runs must be indexed as roots, not dropped as
+// parent_unknown.
+func TestParentHashZeroIsARootBlock(t *testing.T) {
+	pub := newPublisher(t, "", 10)
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "sim", events: pub.Endpoint()})))
+	waitSubscribed(t, pub)
+	tokens := []any{}
+	for _, tok := range promptTokens[:8] {
+		tokens = append(tokens, tok)
+	}
+	// [tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name, extra_keys]
+	simStored := []any{"BlockStored", []any{uint64(0xa1), uint64(0xa2)}, uint64(0), tokens, 4, nil, "GPU", nil, nil}
+	publish(t, pub, enc(t, []any{1767225600.25, []any{simStored}, 0}))
+	waitFor(t, "the batch", func() bool { return h.status("sim").Batches == 1 })
+	if got := h.held("p", "sim", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})); got != 2 {
+		t.Errorf("%d blocks held, want 2 (parent 0 is no parent)", got)
+	}
+	if n := h.status("sim").ParentUnknown; n != 0 {
+		t.Errorf("%d runs counted parent_unknown", n)
+	}
+}
+
+// TestForgedSequenceJumpIsDroppedAndCounted: a peer that reaches the bound
+// socket and sends the engine's topic with seq 2^40 is not applied (the
+// engine's replay buffer does not have it) and does not make the engine's
+// next real batch look already applied.
+func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
+	st := steps(t)
+	bind := freeEndpoint(t)
+	replay := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a", replay: replay}))
+	cfg.Ingest.Bind = bind
+	h := start(t, cfg)
+	var engine *vllmzmq.Publisher
+	waitFor(t, "the engine dials", func() bool {
+		var err error
+		engine, err = vllmzmq.DialPublisher(bind, replay, "engine-a", 100)
+		return err == nil
+	})
+	t.Cleanup(func() { engine.Close() })
+	waitSubscribed(t, engine)
+	publish(t, engine, st[stepPrompt])
+	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
+
+	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	t.Cleanup(func() { forger.Close() })
+	if err := forger.Dial(bind); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forged batch dropped", func() bool {
+		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 1<<40), st[stepLoRA]))
+		return h.counter(metricSeqJumps) >= 1
+	})
+	publish(t, engine, st[stepDecode])
+	waitFor(t, "the engine's next batch", func() bool {
+		return h.held("p", "a", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
+	})
+	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
+		t.Errorf("the forged batch's %d blocks are held", got)
+	}
+	if s := h.status("a"); s.LastSeq != 1 || s.Restarts != 0 {
+		t.Errorf("status %+v", s)
+	}
+}
+
+// TestApplierPanicIsRecoveredAndCounted: a panic while applying a batch
+// (here injected before the first apply) is recovered, counted in
+// kvroute_panics_total, the applier restarts, and replay fills the batch it
+// lost.
+func TestApplierPanicIsRecoveredAndCounted(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 10)
+	var once sync.Once
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})),
+		func(m *Manager) {
+			m.tuning.beforeApply = func() { once.Do(func() { panic("injected") }) }
+		})
+	before := h.counter(panics.MetricName, "component", compApplier)
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt], st[stepDecode])
+	waitFor(t, "the applier recovers", func() bool { return h.counter(panics.MetricName, "component", compApplier) == before+1 })
+	publish(t, pub, st[stepLoRA])
+	waitFor(t, "all blocks", func() bool {
+		return h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
+	})
+}
+
+// TestLargeBatchDoesNotPinDecodeBuffers: after a batch of 65,536 blocks the
+// applier's decode and key buffers are dropped at the next batch instead of
+// staying at their largest for the life of the process.
+func TestLargeBatchDoesNotPinDecodeBuffers(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 10)
+	h := start(t, baseConfig(poolConfig("p", config.KeysEngine, replicaSpec{name: "r0", events: pub.Endpoint()})))
+	waitSubscribed(t, pub)
+	const blocks = 1 << 16
+	hashes, tokens := make([]any, blocks), make([]any, 4*blocks)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	for i := range tokens {
+		tokens[i] = uint32(i % 50000)
+	}
+	big := enc(t, []any{1.5, []any{kv{"type", "BlockStored", "block_hashes", hashes, "parent_block_hash", nil,
+		"token_ids", tokens, "block_size", 4}}, 0})
+	publish(t, pub, big)
+	waitFor(t, "the big batch", func() bool { return h.status("r0").Batches == 1 })
+	if st, _ := h.ix.Replica(h.rank("r0").r); st.Blocks != blocks {
+		t.Fatalf("%d blocks held, want %d", st.Blocks, blocks)
+	}
+	publish(t, pub, st[stepPrompt])
+	waitFor(t, "the small batch", func() bool { return h.status("r0").Batches == 2 })
+	rs := h.rank("r0")
+	if n := retainedBytes(&rs.batch); n > maxRetainedDecodeBytes {
+		t.Errorf("decode buffers keep %d bytes after a small batch", n)
+	}
+	if n := cap(rs.keysBuf) * 8; n > maxRetainedDecodeBytes {
+		t.Errorf("key buffer keeps %d bytes", n)
+	}
+}
+
+// TestBindModeReplaysIdleEnginesAtStart: in bind mode an engine that holds
+// blocks but publishes nothing is asked for its replay buffer when kvroute
+// starts, and the request is retried until the engine answers.
+func TestBindModeReplaysIdleEnginesAtStart(t *testing.T) {
+	st := steps(t)
+	idle := newPublisher(t, "engine-a", 10) // its live PUB is never connected: an idle engine
+	idle.Skip(st[stepPrompt])
+	late := freeEndpoint(t) // an engine whose replay socket comes up after kvroute
+	cfg := baseConfig(poolConfig("p", config.KeysTokens,
+		replicaSpec{name: "a", topic: "engine-a", replay: idle.ReplayEndpoint()},
+		replicaSpec{name: "b", topic: "engine-b", replay: late}))
+	cfg.Ingest.Bind = freeEndpoint(t)
+	h := start(t, cfg)
+	waitFor(t, "the idle engine's blocks", func() bool {
+		return h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})) == 2
+	})
+	lateEngine, err := vllmzmq.NewPublisher(freeEndpoint(t), late, "engine-b", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lateEngine.Close() })
+	lateEngine.Skip(st[stepLoRA])
+	waitFor(t, "the late engine's blocks", func() bool {
+		return h.held("p", "b", tokenKeys(t, "p", promptTokens[:8], loraKeys)) == 2
+	})
+}
+
+// TestDeadEngineIsUnroutableAndItsBlocksDropped: when an engine's event
+// stream ends (the process exited) the replica stops being routable at once
+// and the blocks the dead process held are dropped; a new engine on the same
+// endpoint is routable again and re-indexed.
+func TestDeadEngineIsUnroutableAndItsBlocksDropped(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 10)
+	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt])
+	prompt := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
+	waitFor(t, "the blocks", func() bool { return h.held("p", "r0", prompt) == 2 })
+	pub.Close()
+	waitFor(t, "unroutable", func() bool { s, _ := h.ix.Replica(h.rank("r0").r); return !s.Healthy })
+	waitFor(t, "blocks dropped", func() bool { s, _ := h.ix.Replica(h.rank("r0").r); return s.Blocks == 0 })
+	if got := h.counter(metricUnroutable, "reason", downStreamEnded); got != 1 {
+		t.Errorf("%v stream ends counted, want 1", got)
+	}
+	again, err := vllmzmq.NewPublisher(pub.Endpoint(), pub.ReplayEndpoint(), "", 10)
+	if err != nil {
+		t.Skipf("SKIP: the old ports were taken meanwhile: %v", err)
+	}
+	t.Cleanup(func() { again.Close() })
+	waitSubscribed(t, again)
+	publish(t, again, st[stepPrompt])
+	waitFor(t, "routable and re-indexed", func() bool {
+		s, _ := h.ix.Replica(h.rank("r0").r)
+		return s.Healthy && h.held("p", "r0", prompt) == 2
+	})
+}
+
+// startTimeMetrics serves a /metrics page with the given
+// process_start_time_seconds (as prometheus_client's process collector);
+// 0 means the engine is down (503), as between a process's death and its
+// successor's start.
+func startTimeMetrics(t testing.TB, start *atomic.Int64) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if start.Load() == 0 {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %d.25\n%s", start.Load(), "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m-p\"} 0\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestRestartPastTheOldSeqIsDetected: the engine restarts and publishes
+// past the old process's last seq before kvroute reconnects. The replay from
+// last+1 used to pass for a continuation: the old blocks stayed held, the new
+// process's first batch was never applied and restarts stayed 0.
+func TestRestartPastTheOldSeqIsDetected(t *testing.T) {
+	st := steps(t)
+	empty := enc(t, []any{1.5, []any{}, 0})
+	var startTime atomic.Int64
+	startTime.Store(1767225600)
+	pub := newPublisher(t, "", 100)
+	ep, rep := pub.Endpoint(), pub.ReplayEndpoint()
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: ep, replay: rep, metrics: startTimeMetrics(t, &startTime)}))
+	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
+	h := start(t, cfg)
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt], st[stepDecode])
+	prompt := tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})
+	waitFor(t, "the old process's blocks", func() bool { return h.held("p", "r0", prompt) == 3 })
+
+	old := startTime.Swap(0)
+	pub.Close()
+	pub2, err := vllmzmq.NewPublisher(ep, rep, "", 100)
+	if err != nil {
+		t.Skipf("SKIP: the old ports were taken meanwhile: %v", err)
+	}
+	t.Cleanup(func() { pub2.Close() })
+	startTime.Store(old + 60)
+	pub2.Skip(st[stepLoRA]) // seq 0, published before kvroute reconnected
+	for range 3 {
+		pub2.Skip(empty) // seqs 1..3: past the old process's last seq (1)
+	}
+	waitSubscribed(t, pub2)
+	publish(t, pub2, empty)
+	waitFor(t, "the new process's blocks", func() bool { return h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], loraKeys)) == 2 })
+	waitFor(t, "the restart counted", func() bool { return h.mgr.Status()[0].Restarts >= 1 })
+	if got := h.held("p", "r0", prompt); got != 0 {
+		t.Errorf("the old process's %d blocks are still held", got)
+	}
+}
+
+// TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded: a new
+// process_start_time_seconds with no stream end seen (a connection left
+// hanging) drops the old process's blocks and counts a restart.
+func TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded(t *testing.T) {
+	st := steps(t)
+	var startTime atomic.Int64
+	startTime.Store(1767225600)
+	pub := newPublisher(t, "", 100)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), metrics: startTimeMetrics(t, &startTime)}))
+	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
+	h := start(t, cfg)
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt])
+	prompt := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
+	waitFor(t, "the blocks", func() bool { return h.held("p", "r0", prompt) == 2 })
+	waitFor(t, "a first start time", func() bool { return h.counter(metricScrapes, "outcome", "ok") >= 2 })
+	startTime.Add(60)
+	waitFor(t, "the restart", func() bool { return h.mgr.Status()[0].Restarts == 1 })
+	if got := h.held("p", "r0", prompt); got != 0 {
+		t.Errorf("%d old blocks held", got)
+	}
+}
+
+// TestUnconfirmedHugeJumpWithoutReplayIsDropped: with no replay to check
+// against, a jump of more than maxSeqJump is taken only when the next batch
+// continues it; a lone forged seq 2^40 is dropped and counted.
+func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
+	st := steps(t)
+	bind := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Ingest.Bind = bind
+	h := start(t, cfg)
+	var engine *vllmzmq.Publisher
+	waitFor(t, "the engine dials", func() bool {
+		var err error
+		engine, err = vllmzmq.DialPublisher(bind, "", "engine-a", 10)
+		return err == nil
+	})
+	t.Cleanup(func() { engine.Close() })
+	waitSubscribed(t, engine)
+	publish(t, engine, st[stepPrompt])
+	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
+	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	t.Cleanup(func() { forger.Close() })
+	if err := forger.Dial(bind); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forged batch dropped", func() bool {
+		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 1<<40), st[stepLoRA]))
+		return h.counter(metricSeqJumps) >= 1
+	})
+	publish(t, engine, st[stepDecode])
+	waitFor(t, "the engine's next batch", func() bool {
+		return h.held("p", "a", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
+	})
+	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
+		t.Errorf("the forged batch's %d blocks are held", got)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 // Options configures a Manager.
@@ -47,6 +48,11 @@ type Manager struct {
 	ranks  []*rankState
 	httpc  *http.Client
 	tuning tuning
+
+	// maxMessageBytes caps every ZeroMQ message and frame (zmtp.go);
+	// limits holds the capped sockets' limit per socket kind.
+	maxMessageBytes int64
+	limits          map[string]*frameLimit
 
 	// bind mode: topic → ranks (by DP rank), resolved lazily and cached.
 	topicMu    sync.Mutex
@@ -92,6 +98,14 @@ func New(opts Options) (*Manager, error) {
 		m.now = time.Now
 	}
 	m.httpc = &http.Client{Timeout: max(m.cfg.Ingest.ScrapeTimeout.Std(), time.Millisecond)}
+	m.maxMessageBytes = int64(m.cfg.Ingest.MaxMessageBytes)
+	if m.maxMessageBytes <= 0 {
+		m.maxMessageBytes = config.DefaultMaxMessageBytes
+	}
+	m.limits = map[string]*frameLimit{}
+	for _, kind := range []string{sockBind, sockEvents, sockReplay} {
+		m.limits[kind] = m.frameLimit(kind)
+	}
 	for i := range m.cfg.Pools {
 		pc := &m.cfg.Pools[i]
 		pid, ok := m.ix.PoolByName(pc.Name)
@@ -140,7 +154,7 @@ func (m *Manager) newRank(ps *poolState, rc *config.Replica, rank int, r index.R
 		mgr: m, pool: ps, cfg: rc, rank: rank, name: rc.RankName(rank), r: r,
 		queue: make(chan liveBatch, max(m.cfg.Ingest.QueueSize, 1)),
 		wake:  make(chan struct{}, 1),
-		dec:   NewDecoder(),
+		dec:   vllmevent.NewDecoder(),
 	}
 	rs.met = m.m.forRank(ps.cfg.Name, rs.name)
 	rs.keys = newKeyMap(m.tuning.keyMapCap)
@@ -172,18 +186,21 @@ func (m *Manager) Run(ctx context.Context) error {
 			return err
 		}
 		for rank, s := range socks {
-			wg.Go(func() { m.readBound(ctx, s, rank) })
+			wg.Go(func() {
+				defer s.Close()
+				m.supervise(ctx, compBound, func() { m.readBound(ctx, s, rank) })
+			})
 		}
 	}
 	for _, rs := range m.ranks {
-		wg.Go(func() { rs.applyLoop(ctx) })
+		wg.Go(func() { m.supervise(ctx, compApplier, func() { rs.applyLoop(ctx) }) })
 		if rs.events != "" {
-			wg.Go(func() { rs.subscribeLoop(ctx) })
+			wg.Go(func() { m.supervise(ctx, compSubscriber, func() { rs.subscribeLoop(ctx) }) })
 		}
 	}
 	if iv := m.cfg.Ingest.ScrapeInterval.Std(); iv > 0 {
 		for _, sc := range m.scrapers() {
-			wg.Go(func() { sc.loop(ctx, iv) })
+			wg.Go(func() { m.supervise(ctx, compScraper, func() { sc.loop(ctx, iv) }) })
 		}
 	}
 	<-ctx.Done()

@@ -1,12 +1,14 @@
 package ingest
 
 import (
+	"github.com/kvroute/kvroute/panics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are ingest's Prometheus series. Labels are bounded: pool and
 // replica rank names come from the config, the rest are fixed enums.
 type metrics struct {
+	panics         *panics.Counter        // component (kvroute_panics_total, shared with extproc and server)
 	batches        *prometheus.CounterVec // pool, replica, source=live|replay
 	events         *prometheus.CounterVec // pool, replica, type
 	blocks         *prometheus.CounterVec // pool, replica, op=stored|removed
@@ -16,11 +18,14 @@ type metrics struct {
 	restarts       *prometheus.CounterVec // pool, replica
 	queueDrops     *prometheus.CounterVec // pool, replica
 	parentUnknown  *prometheus.CounterVec // pool, replica
+	seqJumps       *prometheus.CounterVec // pool, replica
+	unroutable     *prometheus.CounterVec // pool, replica, reason
 	connected      *prometheus.GaugeVec   // pool, replica
 	lastSeq        *prometheus.GaugeVec   // pool, replica
 	lag            *prometheus.GaugeVec   // pool, replica
 	unknownTopic   prometheus.Counter
-	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error
+	framesRefused  *prometheus.CounterVec // socket=bind|events|replay, reason
+	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error|invalid|stalled
 	hitRate        *prometheus.GaugeVec   // pool, replica
 	configMismatch *prometheus.CounterVec // pool, replica, field=block_size|hash_algorithm
 	selfCheck      *prometheus.CounterVec // pool, verdict
@@ -56,19 +61,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, rl)
 	}
 	m := &metrics{
-		batches:        cv(metricBatches, "KV-event batches applied, by source (live or replay).", "source"),
-		events:         cv(metricEvents, "KV events seen, by type (and the reasons one was skipped).", "type"),
-		blocks:         cv(metricBlocks, "Blocks written to the index from KV events, by op.", "op"),
-		decodeErrors:   cv(metricDecodeErrors, "KV-event batches dropped as malformed (bad frames or msgpack)."),
-		gaps:           cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
-		replays:        cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
-		restarts:       cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
-		queueDrops:     cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
-		parentUnknown:  cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
-		connected:      gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
-		lastSeq:        gv(metricLastSeq, "Last applied KV-event sequence number."),
-		lag:            gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
-		unknownTopic:   prometheus.NewCounter(prometheus.CounterOpts{Name: metricUnknownTopic, Help: "Batches dropped in bind mode because their topic names no configured replica."}),
+		batches:       cv(metricBatches, "KV-event batches applied, by source (live or replay).", "source"),
+		events:        cv(metricEvents, "KV events seen, by type (and the reasons one was skipped).", "type"),
+		blocks:        cv(metricBlocks, "Blocks written to the index from KV events, by op.", "op"),
+		decodeErrors:  cv(metricDecodeErrors, "KV-event batches dropped as malformed (bad frames or msgpack)."),
+		gaps:          cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
+		replays:       cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
+		restarts:      cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
+		queueDrops:    cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
+		parentUnknown: cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
+		unroutable:    cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
+		seqJumps:      cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
+		connected:     gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
+		lastSeq:       gv(metricLastSeq, "Last applied KV-event sequence number."),
+		lag:           gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
+		unknownTopic:  prometheus.NewCounter(prometheus.CounterOpts{Name: metricUnknownTopic, Help: "Batches dropped in bind mode because their topic names no configured replica."}),
+		framesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricFramesRefused,
+			Help: "ZeroMQ connections closed because a frame header announced more than ingest.max_message_bytes, by socket and reason."}, []string{"socket", "reason"}),
 		scrapes:        cv(metricScrapes, "/metrics scrapes of replicas, by outcome.", "outcome"),
 		hitRate:        gv(metricHitRate, "Replica prefix-cache hit rate (tokens) between the last two scrapes."),
 		configMismatch: cv(metricConfigMismatch, "Scrapes whose vllm:cache_config_info disagrees with the pool config.", "field"),
@@ -77,9 +86,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.scrapes, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.seqJumps, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
+	m.panics = panics.NewCounter(reg)
 	return m
 }
 
@@ -90,12 +100,20 @@ type rankMetrics struct {
 	skipGroup, skipBS, skipTok, skipRem prometheus.Counter
 	blocksStored, blocksRemoved         prometheus.Counter
 	decodeErrors, gaps, restarts, drops prometheus.Counter
-	parentUnknown                       prometheus.Counter
+	parentUnknown, seqJumps             prometheus.Counter
 	replayReq, replayOK, replayPartial  prometheus.Counter
 	replayFailed                        prometheus.Counter
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
-	scrapeOK, scrapeErr                 prometheus.Counter
+	scrapeOK, scrapeErr, scrapeInvalid  prometheus.Counter
+	scrapeStalled                       prometheus.Counter
 	mismatchBS, mismatchAlgo            prometheus.Counter
+	unroutableVec                       *prometheus.CounterVec
+	pool, replica                       string
+}
+
+// unroutable is the rank's kvroute_ingest_unroutable_total{reason}.
+func (r *rankMetrics) unroutable(reason string) prometheus.Counter {
+	return r.unroutableVec.WithLabelValues(r.pool, r.replica, reason)
 }
 
 func (m *metrics) forRank(pool, replica string) *rankMetrics {
@@ -115,11 +133,13 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		skipTok: with(m.events, "type", evSkippedNoTokens), skipRem: with(m.events, "type", evSkippedRemove),
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
 		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
-		parentUnknown: with(m.parentUnknown),
-		replayReq:     with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
+		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps),
+		unroutableVec: m.unroutable, pool: pool, replica: replica,
+		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),
 		connected: m.connected.With(l), lastSeq: m.lastSeq.With(l), lag: m.lag.With(l), hitRate: m.hitRate.With(l),
 		scrapeOK: with(m.scrapes, "outcome", "ok"), scrapeErr: with(m.scrapes, "outcome", "error"),
+		scrapeInvalid: with(m.scrapes, "outcome", "invalid"), scrapeStalled: with(m.scrapes, "outcome", "stalled"),
 		mismatchBS: with(m.configMismatch, "field", "block_size"), mismatchAlgo: with(m.configMismatch, "field", "hash_algorithm"),
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 // rankState is one replica rank: one publisher's stream. Its socket reader
@@ -23,15 +24,24 @@ type rankState struct {
 	replay string // this rank's ROUTER endpoint, "" without replay
 	met    *rankMetrics
 
-	queue       chan liveBatch
-	wake        chan struct{}
-	resync      atomic.Bool // a new connection: replay what was missed
-	dropPending atomic.Bool // the reader dropped a batch on a full queue
-	connected   atomic.Bool
+	queue          chan liveBatch
+	wake           chan struct{}
+	resync         atomic.Bool // a new connection: replay what was missed
+	dropPending    atomic.Bool // the reader dropped a batch on a full queue
+	connected      atomic.Bool
+	queuedBytes    atomic.Int64 // payload bytes in queue
+	gone           atomic.Bool  // the engine is gone: the applier drops the rank's blocks
+	lastLiveAt     atomic.Int64 // unix nanos of the last live batch read
+	health         health
+	restartSeen    atomic.Bool  // the scraper saw a new process_start_time_seconds
+	restartDrops   atomic.Int64 // drops as of the old start time's last reading
+	drops          atomic.Int64 // times the applier dropped all of the rank's blocks
+	gonePrev       goneEpisode  // applier-owned
+	restartCounted int64        // applier-owned: the drops episode a restart was counted for
 
 	// Applier-owned.
-	dec        *Decoder
-	batch      EventBatch
+	dec        *vllmevent.Decoder
+	batch      vllmevent.EventBatch
 	seq        seqState
 	keys       *keyMap
 	keysBuf    []index.BlockKey
@@ -56,18 +66,32 @@ type seqState struct {
 	haveLive    bool   // live is valid (reset on every new connection)
 	live        uint64 // last seq seen live on the current connection
 	haveReplay  bool
-	replayStart uint64 // start of the last replay: live seqs in [replayStart, last] are duplicates
+	replayStart uint64 // start of the last replay: live seqs in [replayStart, replayEnd] are duplicates
+	replayEnd   uint64 // highest seq the last replay delivered
+	haveJump    bool
+	jump        uint64 // an unconfirmed huge jump (no replay): taken if the next batch continues it
 	haveTopic   bool
 	topic       string
 	initialDone bool // the first-contact replay was tried
 }
 
 // enqueue hands a live message to the applier without ever blocking: a full
-// queue drops it, counts it, and leaves the gap for replay to fill.
+// queue (ingest.queue_size batches, or maxQueuedBytes of payload) drops it,
+// counts it, and leaves the gap for replay to fill.
 func (rs *rankState) enqueue(b liveBatch) {
+	rs.lastLiveAt.Store(time.Now().UnixNano())
+	n := int64(len(b.payload))
+	if rs.queuedBytes.Add(n) > rs.mgr.maxQueuedBytes() {
+		rs.queuedBytes.Add(-n)
+		rs.met.drops.Inc()
+		rs.st.update(func(s *rankStatus) { s.QueueDrops++ })
+		rs.dropPending.Store(true)
+		return
+	}
 	select {
 	case rs.queue <- b:
 	default:
+		rs.queuedBytes.Add(-n)
 		rs.met.drops.Inc()
 		rs.st.update(func(s *rankStatus) { s.QueueDrops++ })
 		rs.dropPending.Store(true)
@@ -83,19 +107,50 @@ func (rs *rankState) poke() {
 
 // applyLoop is the rank's applier.
 func (rs *rankState) applyLoop(ctx context.Context) {
+	// Bind mode has no connect signal: an engine that published before
+	// kvroute started, and is idle now, is only known through its replay.
+	// Until a replay succeeds or the engine's first batch arrives, retry it
+	// with the reconnect backoff.
+	var retry <-chan time.Time
+	backoff := rs.mgr.tuning.minBackoff
+	initial := func() {
+		if rs.seq.have || rs.replay == "" || rs.events != "" {
+			retry = nil
+			return
+		}
+		if rs.onConnect(ctx) || rs.seq.have {
+			retry = nil
+			return
+		}
+		retry = time.After(backoff)
+		backoff = min(2*backoff, max(rs.mgr.cfg.Ingest.ReconnectMaxBackoff.Std(), rs.mgr.tuning.minBackoff))
+	}
+	if rs.mgr.cfg.Ingest.Bind != "" && !rs.seq.have {
+		initial()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case b := <-rs.queue:
+			rs.queuedBytes.Add(-int64(len(b.payload)))
+			if rs.gone.Load() {
+				rs.dropGone() // b belonged to the connection that ended
+				continue
+			}
 			if rs.resync.Swap(false) {
 				rs.onConnect(ctx)
 			}
 			rs.handleLive(ctx, b)
+			retry = nil
 		case <-rs.wake:
+			rs.dropGone()
+			rs.onEngineRestarted()
 			if rs.resync.Swap(false) {
 				rs.onConnect(ctx)
 			}
+		case <-retry:
+			initial()
 		}
 		if len(rs.queue) == 0 && rs.dropPending.Swap(false) && rs.seq.have && rs.replay != "" {
 			// The dropped batch may have been the last one for a while:
@@ -107,22 +162,26 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 
 // onConnect runs when the reader (re)connected: replay what was published
 // while we were away (all of the buffer on first contact).
-func (rs *rankState) onConnect(ctx context.Context) {
+//
+// It reports whether the replay completed.
+func (rs *rankState) onConnect(ctx context.Context) bool {
 	rs.seq.haveLive = false
 	if rs.replay == "" {
-		return
+		return false
 	}
 	rs.seq.initialDone = true
 	start := uint64(0)
 	if rs.seq.have {
 		start = rs.seq.last + 1
 	}
-	rs.replayFrom(ctx, start, 0)
+	ok, _ := rs.replayFrom(ctx, start, 0)
+	return ok
 }
 
 // handleLive applies one live batch in sequence, replaying gaps and
 // detecting restarts.
 func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
+	rs.firstLiveAfterGone(b.seq)
 	s := &rs.seq
 	if s.haveTopic && b.topic != s.topic {
 		rs.mgr.log.Warn("ingest: publisher topic changed; treating as a restart", "pool", rs.pool.cfg.Name, "replica", rs.name)
@@ -138,7 +197,7 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 	case s.haveLive && b.seq <= s.live:
 		rs.restart(ctx, b.seq)
 	case s.have && b.seq <= s.last:
-		if s.haveReplay && b.seq >= s.replayStart {
+		if s.haveReplay && b.seq >= s.replayStart && b.seq <= s.replayEnd {
 			s.live, s.haveLive = b.seq, true
 			return // already applied by a replay
 		}
@@ -148,13 +207,39 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 		s.live, s.haveLive = b.seq, true
 		return // the restart's replay covered it
 	}
-	s.live, s.haveLive = b.seq, true
+	if !s.have && b.seq > 0 && rs.replay != "" {
+		// Nothing applied yet (the first replay failed or raced the
+		// engine's first batches): what came before b.seq is a gap too.
+		rs.replayFrom(ctx, 0, b.seq)
+		if s.have && b.seq <= s.last {
+			s.live, s.haveLive = b.seq, true
+			return
+		}
+	}
 	if s.have && b.seq > s.last+1 {
 		rs.met.gaps.Inc()
 		rs.st.update(func(st *rankStatus) { st.Gaps++ })
+		verified := false
 		if rs.replay != "" {
-			rs.replayFrom(ctx, s.last+1, b.seq)
+			ok, end := rs.replayFrom(ctx, s.last+1, b.seq)
 			if b.seq <= s.last {
+				s.live, s.haveLive = b.seq, true
+				return
+			}
+			// The engine buffers a batch before a replay can be served, so a
+			// live seq its replay does not reach was never published by it.
+			if ok && end < b.seq {
+				rs.implausibleJump(b.seq, "not in the engine's replay buffer")
+				return
+			}
+			verified = ok
+		}
+		if !verified && b.seq-s.last > maxSeqJump {
+			// Nothing to check it against: believe a huge jump only when the
+			// next batch continues it.
+			if !s.haveJump || b.seq != s.jump+1 {
+				s.jump, s.haveJump = b.seq, true
+				rs.implausibleJump(b.seq, "larger than the plausible jump and not confirmed")
 				return
 			}
 		}
@@ -162,18 +247,33 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 			rs.st.update(func(st *rankStatus) { st.Partial = true })
 		}
 	}
+	s.haveJump = false
+	s.live, s.haveLive = b.seq, true
 	rs.applyPayload(b.seq, b.payload, false)
+}
+
+// maxSeqJump is the largest forward sequence jump taken on trust when no
+// replay can confirm it: ~2.8 hours of batches at 100 per second.
+const maxSeqJump = 1 << 20
+
+// implausibleJump drops a live batch whose seq jumps ahead of anything the
+// engine can have published: applying it would make every later real batch
+// look already applied. The sequence state stays where it was.
+func (rs *rankState) implausibleJump(seq uint64, why string) {
+	rs.met.seqJumps.Inc()
+	rs.st.update(func(st *rankStatus) { st.SeqJumps++ })
+	rs.seq.haveLive = false
+	rs.mgr.log.Warn("ingest: dropped a batch with an implausible sequence jump", "pool", rs.pool.cfg.Name, "replica", rs.name,
+		"seq", seq, "last_seq", rs.seq.last, "reason", why)
 }
 
 // restart handles a publisher that started over: forget the replica's
 // blocks and sequence, then resync from the new stream's beginning.
 func (rs *rankState) restart(ctx context.Context, seq uint64) {
-	rs.met.restarts.Inc()
 	rs.mgr.log.Info("ingest: publisher restarted; clearing replica", "pool", rs.pool.cfg.Name, "replica", rs.name, "seq", seq, "last_seq", rs.seq.last)
-	rs.clear()
-	rs.st.update(func(st *rankStatus) { st.Restarts++; st.Partial = false })
-	topic, haveTopic := rs.seq.topic, rs.seq.haveTopic
-	rs.seq = seqState{topic: topic, haveTopic: haveTopic, initialDone: true}
+	rs.dropAll()
+	rs.countRestart("seq_backwards")
+	rs.seq.initialDone = true
 	if rs.replay != "" && seq > 0 {
 		rs.replayFrom(ctx, 0, seq)
 	}
@@ -190,16 +290,25 @@ func (rs *rankState) clear() {
 // in order. expectUpTo > start means seqs [start, expectUpTo) are known to
 // exist (a gap before live seq expectUpTo). When the first batch replayed is
 // not start, the buffer no longer had it: the replica's index is partial.
-func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) {
+//
+// ok reports a complete replay (end marker received); end is the highest
+// seq it delivered (start-1 when none).
+func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) (ok bool, end uint64) {
 	s := &rs.seq
 	rs.met.replayReq.Inc()
-	s.replayStart, s.haveReplay = start, true
+	s.haveReplay = false
+	end = start - 1
 	partial, n := false, 0
 	err := rs.mgr.fetchReplay(ctx, rs.replay, start, func(seq uint64, payload []byte) {
 		if n == 0 && seq != start {
 			partial = true // the buffer no longer holds start
 		}
 		n++
+		if seq > end || n == 1 {
+			end = seq
+		}
+		// Live seqs in [start, end] are now duplicates.
+		s.replayStart, s.replayEnd, s.haveReplay = start, end, true
 		if s.have && seq <= s.last {
 			return
 		}
@@ -227,6 +336,7 @@ func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) {
 		rs.met.replayOK.Inc()
 		rs.st.update(func(st *rankStatus) { st.Replays++ })
 	}
+	return err == nil, end
 }
 
 // applyPayload decodes one batch and applies it; the seq counts as consumed
@@ -240,6 +350,7 @@ func (rs *rankState) applyPayload(seq uint64, payload []byte, replayed bool) {
 	s.last, s.have = seq, true
 	rs.met.lastSeq.Set(float64(seq))
 	now := rs.mgr.now()
+	defer rs.trimBuffers()
 	if err := rs.dec.Decode(payload, &rs.batch); err != nil {
 		rs.met.decodeErrors.Inc()
 		rs.st.update(func(st *rankStatus) {

@@ -2,8 +2,10 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -17,7 +19,9 @@ import (
 	"github.com/kvroute/kvroute/index"
 )
 
-// unhealthyAfter consecutive failed scrapes mark a replica unhealthy.
+// unhealthyAfter consecutive failed scrapes, with no live batch meanwhile,
+// mean a bind-mode engine is gone (health.go); one failure already makes the
+// replica unroutable.
 const unhealthyAfter = 3
 
 // maxScrapeBytes bounds one /metrics body.
@@ -33,6 +37,12 @@ type scraper struct {
 	fails int
 	prevQ map[int][2]float64 // rank → last (queries, hits)
 	warn  map[string]string  // mismatch field → value already warned about
+	// invalid: rank → its last reading was rejected (logged once per episode).
+	invalid  map[int]bool
+	interval time.Duration
+	// startTime is the engine's last process_start_time_seconds (0: unknown).
+	startTime float64
+	dropsAt   map[int]int64 // rank → its drops count when startTime was read
 }
 
 func (m *Manager) scrapers() []*scraper {
@@ -44,7 +54,7 @@ func (m *Manager) scrapers() []*scraper {
 		}
 		sc := byCfg[rs.cfg]
 		if sc == nil {
-			sc = &scraper{m: m, pool: rs.pool, cfg: rs.cfg, prevQ: map[int][2]float64{}, warn: map[string]string{}}
+			sc = &scraper{m: m, pool: rs.pool, cfg: rs.cfg, prevQ: map[int][2]float64{}, warn: map[string]string{}, invalid: map[int]bool{}, dropsAt: map[int]int64{}}
 			byCfg[rs.cfg] = sc
 			out = append(out, sc)
 		}
@@ -54,6 +64,7 @@ func (m *Manager) scrapers() []*scraper {
 }
 
 func (sc *scraper) loop(ctx context.Context, interval time.Duration) {
+	sc.interval = interval
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -68,7 +79,20 @@ func (sc *scraper) loop(ctx context.Context, interval time.Duration) {
 
 // scrape reads /metrics once and records each rank's load.
 func (sc *scraper) scrape(ctx context.Context) {
+	// A stopped engine accepts the connection and never answers: stop
+	// routing to it while the scrape waits.
+	stalled := make(chan struct{})
+	stall := time.AfterFunc(min(scrapeStallAfter, sc.m.httpc.Timeout), func() {
+		defer close(stalled)
+		for _, rs := range sc.ranks {
+			rs.met.scrapeStalled.Inc()
+			rs.setScrape(true, downScrapeStall)
+		}
+	})
 	fams, err := sc.fetch(ctx)
+	if !stall.Stop() {
+		<-stalled
+	}
 	now := sc.m.now()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -78,32 +102,47 @@ func (sc *scraper) scrape(ctx context.Context) {
 		for _, rs := range sc.ranks {
 			rs.met.scrapeErr.Inc()
 			rs.st.update(func(st *rankStatus) { st.ScrapeFailures++; st.setError(now, "scrape: "+err.Error()) })
-			if sc.fails >= unhealthyAfter {
-				sc.m.ix.SetHealthy(rs.r, false)
+			rs.setScrape(true, downScrapeFailed)
+			if sc.fails == unhealthyAfter && rs.events == "" && time.Since(time.Unix(0, rs.lastLiveAt.Load())) > unhealthyAfter*sc.interval {
+				// Bind mode cannot see the engine's connection end: a
+				// replica unreachable for this long, with no events
+				// meanwhile, is gone.
+				rs.engineGone()
 			}
 		}
 		if sc.fails == unhealthyAfter {
-			sc.m.log.Warn("ingest: /metrics unreachable; replica marked unhealthy", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "url", sc.cfg.Metrics, "err", err)
+			sc.m.log.Warn("ingest: /metrics unreachable", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "url", sc.cfg.Metrics, "err", err)
 		}
 		sc.m.log.Debug("ingest: /metrics scrape failed", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "err", err)
 		return
 	}
-	if sc.fails >= unhealthyAfter {
-		sc.m.log.Info("ingest: /metrics reachable again; replica healthy", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name)
-	}
 	sc.fails = 0
 	sc.checkCacheConfig(fams)
+	sc.checkStartTime(fams)
 	for _, rs := range sc.ranks {
-		l := index.Load{
-			Running: sc.value(fams, rs.rank, vllmRunning),
-			Waiting: sc.value(fams, rs.rank, vllmWaiting),
-			KVUsage: sc.value(fams, rs.rank, vllmKVUsage, vllmKVUsageOld),
+		l, err := sc.load(fams, rs.rank)
+		if err != nil {
+			// A reading kvroute cannot trust (NaN, ±Inf, negative) is not a
+			// load: keep the last good one, count it, and let the failure
+			// count toward unhealthy like an unreachable /metrics.
+			rs.met.scrapeInvalid.Inc()
+			rs.st.update(func(st *rankStatus) { st.ScrapeFailures++; st.setError(now, "scrape: "+err.Error()) })
+			rs.setScrape(true, downInvalidLoad)
+			if !sc.invalid[rs.rank] {
+				sc.invalid[rs.rank] = true
+				sc.m.log.Warn("ingest: /metrics load sample rejected; replica unhealthy until a valid reading", "pool", sc.pool.cfg.Name, "replica", rs.name, "err", err)
+			}
+			continue
 		}
+		sc.invalid[rs.rank] = false
 		sc.m.ix.SetLoad(rs.r, l, now)
-		sc.m.ix.SetHealthy(rs.r, true)
+		rs.setScrape(false, "")
 		rs.met.scrapeOK.Inc()
-		q := sc.value(fams, rs.rank, vllmQueries+"_total", vllmQueries, vllmQueriesOld+"_total", vllmQueriesOld)
-		h := sc.value(fams, rs.rank, vllmHits+"_total", vllmHits, vllmHitsOld+"_total", vllmHitsOld)
+		q, okQ := sc.finite(fams, rs.rank, vllmQueries+"_total", vllmQueries, vllmQueriesOld+"_total", vllmQueriesOld)
+		h, okH := sc.finite(fams, rs.rank, vllmHits+"_total", vllmHits, vllmHitsOld+"_total", vllmHitsOld)
+		if !okQ || !okH {
+			continue
+		}
 		prev, seen := sc.prevQ[rs.rank]
 		sc.prevQ[rs.rank] = [2]float64{q, h}
 		if !seen {
@@ -126,6 +165,36 @@ func (sc *scraper) scrape(ctx context.Context) {
 	}
 }
 
+// errBadSample: a load sample that is not a finite, non-negative number.
+var errBadSample = errors.New("not a finite non-negative number")
+
+// load reads one rank's load; every value is finite and non-negative or the
+// reading is refused (naming the metric, never its labels).
+func (sc *scraper) load(fams map[string]*dto.MetricFamily, rank int) (index.Load, error) {
+	var l index.Load
+	for _, f := range []struct {
+		dst   *float64
+		names []string
+	}{
+		{&l.Running, []string{vllmRunning}},
+		{&l.Waiting, []string{vllmWaiting}},
+		{&l.KVUsage, []string{vllmKVUsage, vllmKVUsageOld}},
+	} {
+		v, ok := sc.finite(fams, rank, f.names...)
+		if !ok {
+			return index.Load{}, fmt.Errorf("%s: %w", f.names[0], errBadSample)
+		}
+		*f.dst = v
+	}
+	return l, nil
+}
+
+// finite is value, with ok false when the sample is NaN, ±Inf or negative.
+func (sc *scraper) finite(fams map[string]*dto.MetricFamily, rank int, names ...string) (float64, bool) {
+	v := sc.value(fams, rank, names...)
+	return v, !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0
+}
+
 func (sc *scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sc.cfg.Metrics, nil)
 	if err != nil {
@@ -141,12 +210,17 @@ func (sc *scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, err
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return nil, fmt.Errorf("GET %s: %s", sc.cfg.Metrics, resp.Status)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxScrapeBytes))
+	fams, err := parseMetrics(io.LimitReader(resp.Body, maxScrapeBytes))
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", sc.cfg.Metrics, err)
 	}
 	return fams, nil
+}
+
+// parseMetrics parses a Prometheus text exposition.
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
 }
 
 // value is the first of names present for the rank's engine and the pool's
@@ -238,4 +312,30 @@ func (sc *scraper) mismatch(field, engineValue string, count func(), args ...any
 	sc.warn[field] = engineValue
 	sc.m.log.Warn("ingest: engine cache config disagrees with the pool config",
 		append([]any{"pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "field", field, "engine", engineValue}, args...)...)
+}
+
+// checkStartTime watches the engine's process_start_time_seconds: a new
+// value is a new process, whose cache starts empty, whatever the event
+// stream showed (the new process may have published past the old one's last
+// seq before kvroute reconnected).
+func (sc *scraper) checkStartTime(fams map[string]*dto.MetricFamily) {
+	f := fams[processStartTime]
+	if f == nil || len(f.GetMetric()) == 0 {
+		return
+	}
+	v := sampleValue(f.GetMetric()[0])
+	if math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+		return
+	}
+	prev := sc.startTime
+	sc.startTime = v
+	if prev != 0 && v != prev {
+		sc.m.log.Info("ingest: engine process start time changed", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name)
+		for _, rs := range sc.ranks {
+			rs.engineRestarted(sc.dropsAt[rs.rank])
+		}
+	}
+	for _, rs := range sc.ranks {
+		sc.dropsAt[rs.rank] = rs.drops.Load()
+	}
 }

@@ -3,8 +3,10 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,7 +139,7 @@ func TestScraperLearnsBlockSizeFallsBackToOldNamesAndMarksUnhealthy(t *testing.T
 	fail.Store(true)
 	for i := range unhealthyAfter {
 		sc.scrape(ctx)
-		if st, _ := ix.Replica(sc.ranks[0].r); st.Healthy != (i+1 < unhealthyAfter) {
+		if st, _ := ix.Replica(sc.ranks[0].r); st.Healthy {
 			t.Fatalf("after %d failures healthy=%v", i+1, st.Healthy)
 		}
 	}
@@ -162,4 +164,91 @@ func TestScrapeLoopRunsUntilCancelled(t *testing.T) {
 	waitFor(t, "three scrapes", func() bool { return n.Load() >= 3 })
 	cancel()
 	<-done
+}
+
+// TestScraperRejectsNonFiniteSamples: NaN, ±Inf and negative load samples
+// never reach the index; the replica is marked unhealthy and the reading is
+// counted as invalid. Before the check, NaN passed as a load and the router
+// found no candidate cheaper than it.
+func TestScraperRejectsNonFiniteSamples(t *testing.T) {
+	for _, bad := range []string{"NaN", "+Inf", "-Inf", "-3"} {
+		page := fmt.Sprintf("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m-p\"} 1\n"+
+			"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m-p\"} %s\n"+
+			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m-p\"} 0.5\n", bad)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, page) }))
+		m, ix, reg := newScrapeManager(t, poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+		sc := m.scrapers()[0]
+		sc.scrape(t.Context())
+		srv.Close()
+		st, _ := ix.Replica(sc.ranks[0].r)
+		if !st.LoadAt.IsZero() || st.Healthy {
+			t.Errorf("%s: load %+v recorded (healthy=%v)", bad, st.Load, st.Healthy)
+		}
+		h := &harness{t: t, reg: reg}
+		if got := h.counter(metricScrapes, "outcome", "invalid"); got != 1 {
+			t.Errorf("%s: %v invalid scrapes counted, want 1", bad, got)
+		}
+	}
+}
+
+// FuzzScrapeParser: any /metrics body parses or fails without panicking,
+// and every load it yields is finite and non-negative.
+func FuzzScrapeParser(f *testing.F) {
+	f.Add(vllmMetrics(10, 4, 16, "sha256"))
+	f.Add(oldVLLMMetrics)
+	f.Add("vllm:num_requests_running NaN\nvllm:num_requests_waiting +Inf\nvllm:kv_cache_usage_perc -1\n")
+	f.Add("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"1\"} 1e308\n")
+	pool := poolConfig("p", config.KeysTokens, replicaSpec{name: "r0"})
+	sc := &scraper{pool: &poolState{cfg: &pool}}
+	f.Fuzz(func(t *testing.T, body string) {
+		fams, err := parseMetrics(strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		for rank := range 2 {
+			l, err := sc.load(fams, rank)
+			if err != nil {
+				continue
+			}
+			for _, v := range []float64{l.Running, l.Waiting, l.KVUsage} {
+				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+					t.Fatalf("load %+v passed", l)
+				}
+			}
+		}
+	})
+}
+
+// TestFrozenEngineIsUnroutableWhileItsScrapeStalls: an engine that accepts
+// the /metrics connection and never answers (a SIGSTOPped process) is
+// unroutable while the scrape waits, long before the scrape timeout, and
+// routable again once it answers.
+func TestFrozenEngineIsUnroutableWhileItsScrapeStalls(t *testing.T) {
+	release := make(chan struct{})
+	var frozen atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if frozen.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprint(w, oldVLLMMetrics)
+	}))
+	defer srv.Close()
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
+	cfg.Ingest.ScrapeTimeout = config.Duration(time.Minute)
+	h := start(t, cfg)
+	healthy := func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return st.Healthy && !st.LoadAt.IsZero() }
+	waitFor(t, "a first reading", healthy)
+	frozen.Store(true)
+	waitFor(t, "unroutable while the scrape stalls", func() bool { return !healthy() })
+	if got := h.counter(metricUnroutable, "reason", downScrapeStall); got != 1 {
+		t.Errorf("%v stalls counted, want 1", got)
+	}
+	frozen.Store(false)
+	close(release)
+	waitFor(t, "routable again", healthy)
 }

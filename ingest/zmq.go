@@ -9,7 +9,10 @@ import (
 	"log"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -54,16 +57,25 @@ func (rs *rankState) subscribeLoop(ctx context.Context) {
 func (rs *rankState) subscribeOnce(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
+	sub := zmq4.NewSub(withFrameLimit(sctx, rs.mgr.limits[sockEvents]), quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, rs.cfg.Topic); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
-	if err := sub.Dial(rs.events); err != nil {
+	if err := sub.Dial(cappedEndpoint(rs.events)); err != nil {
 		return err
 	}
 	rs.setConnected(true)
-	defer rs.setConnected(false)
+	rs.setStream(false)
+	defer func() {
+		rs.setConnected(false)
+		if ctx.Err() == nil {
+			// The engine closed the stream (it exited or restarted): stop
+			// routing to it now and drop what the old process held.
+			rs.setStream(true)
+			rs.engineGone()
+		}
+	}()
 	rs.resync.Store(true)
 	rs.poke()
 	for {
@@ -111,12 +123,17 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 		ranks = max(ranks, rs.rank+1)
 	}
 	var socks []zmq4.Socket
+	bind := loopbackByDefault(m.cfg.Ingest.Bind)
+	if !isLoopbackEndpoint(bind) {
+		m.log.Warn("ingest: KV-event socket bound beyond loopback; anyone who reaches it can publish events (no authentication: zmq4 has no CURVE), so only engines may reach this port",
+			"endpoint", bind)
+	}
 	for r := range ranks {
-		ep, err := offsetEndpoint(m.cfg.Ingest.Bind, r)
+		ep, err := offsetEndpoint(bind, r)
 		if err == nil {
-			s := zmq4.NewSub(ctx, quietZMQ)
+			s := zmq4.NewSub(withFrameLimit(ctx, m.limits[sockBind]), quietZMQ)
 			if err = s.SetOption(zmq4.OptionSubscribe, ""); err == nil {
-				err = s.Listen(ep)
+				err = s.Listen(cappedEndpoint(ep))
 			}
 			if err == nil {
 				socks = append(socks, s)
@@ -136,7 +153,7 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 // readBound reads one bind-mode socket; the topic says which engine sent a
 // message and the socket says which DP rank.
 func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
-	defer s.Close()
+	var lastUnknownLog time.Time // at most one log line a second for rejected topics
 	for {
 		msg, err := s.Recv()
 		if err != nil {
@@ -148,9 +165,17 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 		if msg.Type == zmq4.CmdMsg || len(msg.Frames) == 0 {
 			continue
 		}
-		rs := m.resolveTopic(string(msg.Frames[0]), rank)
+		var rs *rankState
+		if len(msg.Frames[0]) <= maxTopicBytes {
+			rs = m.resolveTopic(string(msg.Frames[0]), rank)
+		}
 		if rs == nil {
 			m.m.unknownTopic.Inc()
+			if now := time.Now(); now.Sub(lastUnknownLog) >= time.Second {
+				lastUnknownLog = now
+				m.log.Warn("ingest: rejected a KV-event message whose topic names no configured replica (lengths only)",
+					"dp_rank", rank, "topic_bytes", len(msg.Frames[0]), "frames", len(msg.Frames))
+			}
 			continue
 		}
 		if b, ok := rs.frames(msg.Frames); ok {
@@ -162,21 +187,29 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 	}
 }
 
-// maxTopicCache bounds the bind-mode topic cache (topics come from the network).
+// maxTopicCache bounds the bind-mode topic cache (topics come from the
+// network); only topics that name a replica are cached.
 const maxTopicCache = 4096
+
+// maxTopicBytes: a longer bind-mode topic names no replica (vLLM's are
+// short, e.g. kv@10.0.0.7:8000@Qwen/Qwen3-8B) and is rejected unread.
+const maxTopicBytes = 1024
 
 // resolveTopic finds the replica rank a bind-mode topic belongs to: a
 // replica whose topic is exactly it, else the `kv@<ip>:<port>@<model>`
 // convention matched against replica addresses (and pool models when the
 // address is ambiguous).
 func (m *Manager) resolveTopic(topic string, rank int) *rankState {
+	if len(topic) > maxTopicBytes {
+		return nil
+	}
 	m.topicMu.Lock()
 	ranks, ok := m.topicCache[topic]
 	m.topicMu.Unlock()
 	if !ok {
 		ranks = m.matchTopic(topic)
 		m.topicMu.Lock()
-		if len(m.topicCache) < maxTopicCache {
+		if ranks != nil && len(m.topicCache) < maxTopicCache {
 			m.topicCache[topic] = ranks
 		}
 		m.topicMu.Unlock()
@@ -224,9 +257,9 @@ func (m *Manager) matchTopic(topic string) []*rankState {
 func (m *Manager) fetchReplay(ctx context.Context, endpoint string, start uint64, fn func(seq uint64, payload []byte)) error {
 	rctx, cancel := context.WithTimeout(ctx, m.tuning.replayTimeout)
 	defer cancel()
-	d := zmq4.NewDealer(rctx, quietZMQ, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
+	d := zmq4.NewDealer(withFrameLimit(rctx, m.limits[sockReplay]), quietZMQ, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
 	defer d.Close()
-	if err := d.Dial(endpoint); err != nil {
+	if err := d.Dial(cappedEndpoint(endpoint)); err != nil {
 		return err
 	}
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, start))); err != nil {
@@ -265,4 +298,37 @@ func (m *Manager) fetchReplay(ctx context.Context, endpoint string, start uint64
 		}
 		fn(seq, payload)
 	}
+}
+
+// loopbackByDefault gives a tcp bind endpoint without a host (tcp://*:5557,
+// tcp://:5557) the loopback address: listening on every interface must be
+// asked for by name (tcp://0.0.0.0:5557), since anyone who reaches the port
+// can publish events.
+func loopbackByDefault(ep string) string {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return ep
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || (host != "" && host != "*") {
+		return ep
+	}
+	return "tcp://" + net.JoinHostPort("127.0.0.1", port)
+}
+
+// isLoopbackEndpoint: a tcp endpoint on a loopback address, or ipc/inproc.
+func isLoopbackEndpoint(ep string) bool {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return true
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
 // maxEventPayloadBytes bounds what `events decode` reads from stdin.
@@ -49,7 +49,7 @@ func runEvents(_ context.Context, args []string, io stdio) error {
 			return fmt.Errorf("stdin: --hex: %w", err)
 		}
 	}
-	batch, err := ingest.DecodeBatch(payload)
+	batch, err := vllmevent.DecodeBatch(payload)
 	if err != nil {
 		return err
 	}

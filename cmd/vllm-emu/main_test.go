@@ -17,7 +17,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 	"github.com/kvroute/kvroute/internal/testdata"
 )
 
@@ -174,11 +174,11 @@ func TestRunServesEmulatedVLLM(t *testing.T) {
 				if len(msg.Frames) != 3 || string(msg.Frames[0]) != "kv" || len(msg.Frames[1]) != 8 {
 					t.Fatalf("frames %q are not [topic, seq, payload]", msg.Frames)
 				}
-				b, err := ingest.DecodeBatch(msg.Frames[2])
+				b, err := vllmevent.DecodeBatch(msg.Frames[2])
 				if err != nil {
 					t.Fatalf("decode: %v", err)
 				}
-				if n := len(b.Events); n > 0 && b.Events[n-1].Type == ingest.EventBlockStored {
+				if n := len(b.Events); n > 0 && b.Events[n-1].Type == vllmevent.EventBlockStored {
 					payload = msg.Frames[2]
 					break wait
 				}
@@ -196,7 +196,7 @@ func TestRunServesEmulatedVLLM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := ingest.DecodeBatch(payload)
+	b, _ := vllmevent.DecodeBatch(payload)
 	ev := b.Events[len(b.Events)-1]
 	var got, want []uint64
 	for _, h := range ev.BlockHashes {

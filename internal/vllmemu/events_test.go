@@ -19,7 +19,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/vllmevent"
 	"github.com/kvroute/kvroute/internal/testdata"
 )
 
@@ -236,7 +236,7 @@ func TestZMQFramesMatchVLLMPublisher(t *testing.T) {
 	}
 
 	stored := map[uint64]int{}
-	dec := ingest.NewDecoder()
+	dec := vllmevent.NewDecoder()
 	for i, want := range v.ZMQ.Live {
 		msg, err := sub.Recv()
 		if err != nil {
@@ -248,7 +248,7 @@ func TestZMQFramesMatchVLLMPublisher(t *testing.T) {
 		if len(msg.Frames) != 3 || string(msg.Frames[0]) != v.ZMQ.Topic || binary.BigEndian.Uint64(msg.Frames[1]) != uint64(i) {
 			t.Fatalf("live message %d: frames are not [topic, seq=%d, payload]", i, i)
 		}
-		var b ingest.EventBatch
+		var b vllmevent.EventBatch
 		if err := dec.Decode(msg.Frames[2], &b); err != nil {
 			t.Fatalf("ingest decode %d: %v", i, err)
 		}
@@ -258,9 +258,9 @@ func TestZMQFramesMatchVLLMPublisher(t *testing.T) {
 		for _, ev := range b.Events {
 			for _, h := range ev.BlockHashes {
 				switch ev.Type {
-				case ingest.EventBlockStored:
+				case vllmevent.EventBlockStored:
 					stored[eventHashValue(t, h)]++
-				case ingest.EventBlockRemoved:
+				case vllmevent.EventBlockRemoved:
 					stored[eventHashValue(t, h)]--
 				}
 			}

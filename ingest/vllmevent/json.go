@@ -1,4 +1,4 @@
-package ingest
+package vllmevent
 
 import (
 	"encoding/hex"

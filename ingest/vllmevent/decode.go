@@ -1,4 +1,11 @@
-package ingest
+// Package vllmevent decodes vLLM's KV-cache event batches (the msgpack
+// payload of each ZeroMQ message) in every layout vLLM has published, and
+// prints them as JSON for operators. It is the one decoder kvroute's ingest,
+// `kvroute events decode` and the engine emulator's tests share.
+//
+// Source of truth: vllm/distributed/kv_events.py at upstream main 5ac26849,
+// as specified in ../shared/VLLM.md §3.
+package vllmevent
 
 import (
 	"bytes"
@@ -60,7 +67,7 @@ type Event struct {
 	TypeName    string
 	BlockHashes []blockhash.EventHash
 	// ParentBlockHash is the hash of the block before the run; HasParent is
-	// false when the run starts at block 0.
+	// false when the run starts at block 0 (sent as nil, or as the int 0).
 	ParentBlockHash blockhash.EventHash
 	HasParent       bool
 	TokenIDs        []uint32
@@ -167,6 +174,9 @@ func (d *Decoder) Decode(payload []byte, dst *EventBatch) (err error) {
 	events := dst.Events[:0]
 	*dst = EventBatch{}
 	defer func() {
+		// Keep no reference to the payload: it may be the largest message seen.
+		d.payload = nil
+		d.r.Reset(nil)
 		if err != nil {
 			dst.Events = events[:0]
 			err = fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -597,11 +607,18 @@ func bytesEventValue(raw []byte) uint64 {
 	return v
 }
 
+// optHash reads a parent hash: nil, or an int 0, is "no parent" (the run
+// starts at block 0). vLLM sends nil; llm-d-inference-sim (through
+// llm-d-kv-cache's positional BlockStored) sends 0, which llm-d also reads as
+// no parent. A real parent's 64-bit value is 0 with probability 2^-64.
 func (d *Decoder) optHash() (blockhash.EventHash, bool, error) {
 	if isNil, err := d.isNil(); err != nil || isNil {
 		return blockhash.EventHash{}, false, err
 	}
 	h, err := d.hash()
+	if err == nil && h.Raw == nil && h.Value == 0 {
+		return blockhash.EventHash{}, false, nil
+	}
 	return h, err == nil, err
 }
 

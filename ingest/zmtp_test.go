@@ -1,0 +1,329 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/vllmzmq"
+)
+
+// zmtpGreeting is a ZMTP 3.0 greeting with the NULL mechanism.
+func zmtpGreeting() []byte {
+	g := make([]byte, zmtpGreetingLen)
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
+	copy(g[12:], "NULL")
+	return g
+}
+
+// zmtpFrame encodes one frame with the given flags (the long flag is set
+// when the body needs it).
+func zmtpFrame(flags byte, body []byte) []byte {
+	if len(body) > 255 {
+		return append(binary.BigEndian.AppendUint64([]byte{flags | zmtpFlagLong}, uint64(len(body))), body...)
+	}
+	return append([]byte{flags, byte(len(body))}, body...)
+}
+
+// zmtpReady is a READY command announcing socketType.
+func zmtpReady(socketType string) []byte {
+	body := []byte("\x05READY\x0bSocket-Type")
+	body = binary.BigEndian.AppendUint32(body, uint32(len(socketType)))
+	body = append(body, socketType...)
+	return zmtpFrame(zmtpFlagCommand, body)
+}
+
+// rawHandshake plays a ZMTP peer of socketType over c: greeting and READY
+// both ways, as zmq4 and libzmq do.
+func rawHandshake(t *testing.T, c net.Conn, socketType string) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(append(zmtpGreeting(), zmtpReady(socketType)...)); err != nil {
+		t.Fatal(err)
+	}
+	var g [zmtpGreetingLen]byte
+	if _, err := io.ReadFull(c, g[:]); err != nil {
+		t.Fatalf("greeting: %v", err)
+	}
+	var hdr [2]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil || hdr[0] != zmtpFlagCommand {
+		t.Fatalf("READY header % x: %v", hdr, err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, hdr[1])); err != nil {
+		t.Fatalf("READY body: %v", err)
+	}
+}
+
+// sendHugeHeader sends a message frame header announcing size bytes and
+// waits for kvroute to close the connection.
+func sendHugeHeader(t *testing.T, c net.Conn, size uint64) {
+	t.Helper()
+	if _, err := c.Write(binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, size)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("kvroute did not close the connection: %v", err)
+	}
+}
+
+// TestOversizeFrameOnBoundSocketIsRefused: peers that reach ingest.bind and
+// announce frames of 2^62 and 2^40 bytes are disconnected and counted; an
+// engine on the same socket keeps being served. Before the cap, zmq4 v0.17.0
+// panicked on 2^62 (makeslice) and died of OOM on 2^40.
+func TestOversizeFrameOnBoundSocketIsRefused(t *testing.T) {
+	st := steps(t)
+	bind := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Ingest.Bind = bind
+	h := start(t, cfg)
+	for _, size := range []uint64{1 << 62, 1 << 40} {
+		var c net.Conn
+		waitFor(t, "dial the bound socket", func() bool {
+			var err error
+			c, err = net.Dial("tcp", strings.TrimPrefix(bind, "tcp://"))
+			return err == nil
+		})
+		rawHandshake(t, c, "PUB")
+		sendHugeHeader(t, c, size)
+		c.Close()
+	}
+	waitFor(t, "refusals counted", func() bool {
+		return h.counter(metricFramesRefused, "socket", sockBind, "reason", refuseFrame) == 2
+	})
+	p, err := vllmzmq.DialPublisher(bind, "", "engine-a", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	waitSubscribed(t, p)
+	publish(t, p, st[stepPrompt])
+	waitFor(t, "the engine's batch", func() bool { return h.status("a").Batches == 1 })
+	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})); got != 2 {
+		t.Errorf("%d blocks held, want 2", got)
+	}
+}
+
+// rawServer accepts ZMTP connections as socketType and answers each with a
+// frame header announcing size bytes.
+func rawServer(t *testing.T, socketType string, size uint64) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { l.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			rawHandshake(t, c, socketType)
+			_, _ = c.Write(binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, size))
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	return "tcp://" + l.Addr().String()
+}
+
+// TestOversizeFrameOnConnectedSubscriberAndReplayIsRefused: a publisher
+// (connect mode) and a replay ROUTER announcing 2^40-byte frames are
+// disconnected and counted, and another replica goes on.
+func TestOversizeFrameOnConnectedSubscriberAndReplayIsRefused(t *testing.T) {
+	st := steps(t)
+	good := newPublisher(t, "", 10)
+	hostilePub := rawServer(t, "PUB", 1<<40)
+	hostileReplay := rawServer(t, "ROUTER", 1<<40)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens,
+		replicaSpec{name: "bad", events: hostilePub},
+		replicaSpec{name: "badreplay", events: freeEndpoint(t), replay: hostileReplay},
+		replicaSpec{name: "good", events: good.Endpoint(), replay: good.ReplayEndpoint()}))
+	h := start(t, cfg)
+	waitSubscribed(t, good)
+	publish(t, good, st[stepPrompt])
+	waitFor(t, "the good replica's batch", func() bool { return h.status("good").Batches == 1 })
+	waitFor(t, "events refusal counted", func() bool {
+		return h.counter(metricFramesRefused, "socket", sockEvents, "reason", refuseFrame) >= 1
+	})
+	// The replay DEALER dials at first contact, which needs the live stream:
+	// fetch directly, as the applier does.
+	err := h.mgr.fetchReplay(t.Context(), hostileReplay, 0, func(uint64, []byte) { t.Error("a batch from the hostile replay") })
+	if !errors.Is(err, errOversize) && err == nil {
+		t.Errorf("replay from a hostile ROUTER: %v", err)
+	}
+	waitFor(t, "replay refusal counted", func() bool {
+		return h.counter(metricFramesRefused, "socket", sockReplay, "reason", refuseFrame) >= 1
+	})
+}
+
+// freeEndpoint is a tcp endpoint on 127.0.0.1 nobody listens on.
+func freeEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "tcp://" + l.Addr().String()
+}
+
+func TestZMTPScannerLimits(t *testing.T) {
+	greet := zmtpGreeting()
+	const limit = 1000
+	cases := []struct {
+		name   string
+		stream []byte
+		reason string
+	}{
+		{"small message", concat(greet, zmtpReady("PUB"), zmtpFrame(zmtpFlagMore, []byte("topic")), zmtpFrame(0, make([]byte, 900))), ""},
+		{"frame at the limit", concat(greet, zmtpFrame(0, make([]byte, limit))), ""},
+		{"frame over the limit", concat(greet, zmtpFrame(0, make([]byte, limit+1))), refuseFrame},
+		{"2^62 header", concat(greet, binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, 1<<62)), refuseFrame},
+		{"max uint64 header", concat(greet, binary.BigEndian.AppendUint64([]byte{zmtpFlagLong | zmtpFlagMore}, ^uint64(0))), refuseFrame},
+		{"message over the limit", concat(greet, zmtpFrame(zmtpFlagMore, make([]byte, 600)), zmtpFrame(0, make([]byte, 600))), refuseMessage},
+		{"limit applies per message", concat(greet, zmtpFrame(0, make([]byte, 600)), zmtpFrame(0, make([]byte, 600))), ""},
+		{"oversize command", concat(greet, zmtpFrame(zmtpFlagCommand, make([]byte, limit+1))), refuseFrame},
+	}
+	for _, tc := range cases {
+		for _, chunk := range []int{1, 3, 64, len(tc.stream)} {
+			s := zmtpScanner{maxMessageBytes: limit}
+			var err error
+			for b := tc.stream; len(b) > 0 && err == nil; {
+				n := min(chunk, len(b))
+				err = s.scan(b[:n])
+				b = b[n:]
+			}
+			var r refusal
+			switch {
+			case tc.reason == "" && err != nil:
+				t.Errorf("%s (chunks of %d): refused: %v", tc.name, chunk, err)
+			case tc.reason != "" && (!errors.As(err, &r) || r.reason != tc.reason):
+				t.Errorf("%s (chunks of %d): %v, want %s", tc.name, chunk, err, tc.reason)
+			}
+		}
+	}
+}
+
+func concat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// FuzzZMTPScanner: any byte stream, read in any chunking, is refused or
+// passed identically, never panics, and nothing passed exceeds the limit.
+func FuzzZMTPScanner(f *testing.F) {
+	greet := zmtpGreeting()
+	f.Add(concat(greet, zmtpReady("PUB"), zmtpFrame(zmtpFlagMore, []byte("t")), zmtpFrame(0, make([]byte, 300))), uint8(7))
+	f.Add(concat(greet, binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, 1<<62)), uint8(1))
+	f.Add(concat(greet, zmtpFrame(zmtpFlagMore, make([]byte, 200)), zmtpFrame(0, make([]byte, 200))), uint8(64))
+	f.Fuzz(func(t *testing.T, stream []byte, chunk uint8) {
+		const limit = 256
+		whole := zmtpScanner{maxMessageBytes: limit}
+		errWhole := whole.scan(stream)
+		s := zmtpScanner{maxMessageBytes: limit}
+		var err error
+		step := int(chunk%32) + 1
+		for b := stream; len(b) > 0 && err == nil; {
+			n := min(step, len(b))
+			err = s.scan(b[:n])
+			b = b[n:]
+		}
+		if (err == nil) != (errWhole == nil) {
+			t.Fatalf("chunking changed the verdict: %v vs %v", err, errWhole)
+		}
+		if err == nil && (s.body > limit || s.message > limit) {
+			t.Fatalf("passed a frame of %d bytes in a message of %d (limit %d)", s.body, s.message, limit)
+		}
+	})
+}
+
+// TestBindWithoutHostListensOnLoopbackOnly: ingest.bind tcp://*:PORT binds
+// 127.0.0.1, so engines elsewhere cannot reach it unless 0.0.0.0 is named.
+func TestBindWithoutHostListensOnLoopbackOnly(t *testing.T) {
+	var external net.IP
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			external = n.IP
+			break
+		}
+	}
+	if external == nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no non-loopback IPv4 address to check the bind address against")
+		}
+		t.Skip("SKIP: no non-loopback IPv4 address on this host to check that the bind socket is not reachable on it")
+	}
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(freeEndpoint(t), "tcp://"))
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Ingest.Bind = "tcp://*:" + port
+	start(t, cfg)
+	waitFor(t, "the loopback listener", func() bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	if c, err := net.Dial("tcp", net.JoinHostPort(external.String(), port)); err == nil {
+		c.Close()
+		t.Errorf("the bind socket is reachable on %s", external)
+	}
+	for ep, want := range map[string]string{
+		"tcp://*:5557": "tcp://127.0.0.1:5557", "tcp://:5557": "tcp://127.0.0.1:5557",
+		"tcp://0.0.0.0:5557": "tcp://0.0.0.0:5557", "tcp://10.0.0.1:5557": "tcp://10.0.0.1:5557", "ipc:///tmp/x": "ipc:///tmp/x",
+	} {
+		if got := loopbackByDefault(ep); got != want {
+			t.Errorf("loopbackByDefault(%s) = %s, want %s", ep, got, want)
+		}
+	}
+}
+
+// TestUnknownTopicsAreNotCached: a peer on the bound socket sending many
+// distinct (and long) topics is rejected and counted without filling the
+// topic cache, which keeps only topics that name a replica.
+func TestUnknownTopicsAreNotCached(t *testing.T) {
+	st := steps(t)
+	bind := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Ingest.Bind = bind
+	h := start(t, cfg)
+	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	t.Cleanup(func() { forger.Close() })
+	if err := forger.Dial(bind); err != nil {
+		t.Fatal(err)
+	}
+	seq := binary.BigEndian.AppendUint64(nil, 0)
+	sent := 0
+	waitFor(t, "the forged topics rejected", func() bool {
+		for range 100 {
+			topic := []byte(fmt.Sprintf("kv@10.9.%d.%d:8000@m-p", sent/256, sent%256))
+			if sent%10 == 0 {
+				topic = append(topic, bytes.Repeat([]byte("x"), 64<<10)...)
+			}
+			if forger.Send(zmq4.NewMsgFrom(topic, seq, st[stepPrompt])) == nil {
+				sent++
+			}
+		}
+		return h.counter(metricUnknownTopic) >= 5000
+	})
+	h.mgr.topicMu.Lock()
+	n := len(h.mgr.topicCache)
+	h.mgr.topicMu.Unlock()
+	if n != 0 {
+		t.Errorf("%d rejected topics cached", n)
+	}
+}
