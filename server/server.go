@@ -98,7 +98,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("pools[%d] (%s): %w", i, p.Name, err)
 		}
 		name := p.Name
-		pp.blockSize = func() int { return mgr.BlockSize(name) }
+		pp.blockSize = mgr.BlockSize(name)
 		parts[name] = pp
 		if pp.tokenizer == nil {
 			log.Warn("pool has no tokenizer: it routes by load only", "pool", name)
