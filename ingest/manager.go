@@ -207,15 +207,16 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
-// BlockSize is the pool's block size in tokens: configured, else learned
-// from events or /metrics, else 0.
-func (m *Manager) BlockSize(pool string) int {
+// BlockSize returns the function that reports the pool's block size in
+// tokens — configured, else learned from events or /metrics, else 0 — with
+// the pool resolved once: the router calls it on every request.
+func (m *Manager) BlockSize(pool string) func() int {
 	for _, ps := range m.pools {
 		if ps.cfg.Name == pool {
-			return ps.blockSize()
+			return ps.blockSize
 		}
 	}
-	return 0
+	return func() int { return 0 }
 }
 
 // Ready reports whether every pool has at least one replica rank with a live

@@ -133,7 +133,7 @@ func TestScraperLearnsBlockSizeFallsBackToOldNamesAndMarksUnhealthy(t *testing.T
 	if want := (index.Load{Running: 2, Waiting: 7, KVUsage: 0.75}); st.Load != want {
 		t.Errorf("load %+v, want %+v", st.Load, want)
 	}
-	if bs := m.BlockSize("p"); bs != 32 {
+	if bs := m.BlockSize("p")(); bs != 32 {
 		t.Errorf("learned block size %d, want 32", bs)
 	}
 	fail.Store(true)

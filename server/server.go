@@ -113,7 +113,7 @@ func New(opts Options) (*Server, error) {
 		p := &cfg.Pools[i]
 		name := p.Name
 		pp := parts[name]
-		pp.blockSize = func() int { return mgr.BlockSize(name) }
+		pp.blockSize = mgr.BlockSize(name)
 		parts[name] = pp
 		if pp.tokenizer == nil {
 			log.Warn("pool has no tokenizer: it routes by load only", "pool", name)

@@ -205,6 +205,9 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 		if r.Errors > 0 {
 			return fmt.Errorf("%s: %d of %d requests failed", r.Policy, r.Errors, r.Requests)
 		}
+		if err := r.CrossCheck(); err != nil {
+			return fmt.Errorf("%s: hit-rate cross-check: %w", r.Policy, err)
+		}
 	}
 	base, kvr := results[0], results[1]
 	if kvr.EngineHitRate() <= base.EngineHitRate() {

@@ -41,6 +41,24 @@ func (r *Result) EngineHitRate() float64 {
 	return float64(r.EngineHitTokens) / float64(r.EngineQueriedTokens)
 }
 
+// CrossCheck compares the run's two independent counts of prefix-cache
+// hits: what the clients read in the responses (usage.prompt_tokens and
+// usage.prompt_tokens_details.cached_tokens, summed) and what the engines
+// counted themselves (vllm:prefix_cache_queries_total and
+// vllm:prefix_cache_hits_total deltas from /metrics). With every request
+// answered they must agree exactly; a run with failed requests is not
+// checked (the engines counted work whose response the client lost).
+func (r *Result) CrossCheck() error {
+	if r.Errors > 0 {
+		return nil
+	}
+	if r.EngineQueriedTokens != r.PromptTokens || r.EngineHitTokens != r.CachedTokens {
+		return fmt.Errorf("responses' usage says %d of %d prompt tokens cached, engines' /metrics %d of %d",
+			r.CachedTokens, r.PromptTokens, r.EngineHitTokens, r.EngineQueriedTokens)
+	}
+	return nil
+}
+
 // ReplicaCounts lists requests per replica in fleet order.
 func (r *Result) ReplicaCounts() []int {
 	order := r.ReplicaOrder

@@ -232,3 +232,18 @@ func TestProgressRedrawsOnATerminalOnly(t *testing.T) {
 		t.Fatalf("final line %q", plain.String())
 	}
 }
+
+func TestCrossCheckComparesUsageWithEngineMetrics(t *testing.T) {
+	r := &Result{PromptTokens: 100, CachedTokens: 40, EngineQueriedTokens: 100, EngineHitTokens: 40}
+	if err := r.CrossCheck(); err != nil {
+		t.Fatal(err)
+	}
+	r.EngineHitTokens = 32 // the engines saw fewer hits than the responses claim
+	if err := r.CrossCheck(); err == nil || !strings.Contains(err.Error(), "40 of 100") || !strings.Contains(err.Error(), "32 of 100") {
+		t.Fatalf("mismatch not reported: %v", err)
+	}
+	r.Errors = 1 // lost responses: not comparable
+	if err := r.CrossCheck(); err != nil {
+		t.Fatal(err)
+	}
+}
