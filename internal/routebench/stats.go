@@ -58,7 +58,7 @@ type ChurnStats struct {
 	Restarted, Joined string        // replica names
 	RestartAt, JoinAt time.Duration // after the phase started
 	ToRestarted       int           // requests that reached the restarted engine ≥ 1 s after its restart
-	StaleRouted       int           // of those, kvroute claimed more matched tokens than the engine held (x-kvroute-matched-tokens > cached_tokens)
+	StaleRouted       int           // of those, kvroute claimed more matched tokens than the engine held (x-kvroute-matched-tokens > cached_tokens + one block)
 	ToJoined          int           // requests that reached the joined engine
 }
 
