@@ -93,7 +93,7 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	}
 	var hdr strings.Builder
 	fmt.Fprintf(&hdr, "# kvroute-bench run\n\ncommand: `kvroute-bench run %s`\n\n", strings.Join(args, " "))
-	fmt.Fprintf(&hdr, "fleet: %d emulated vLLM replicas × %d blocks × %d tokens, max %d sequences, prefill %v per uncached token, decode %v per step; %d gateway(s)",
+	fmt.Fprintf(&hdr, "fleet: %d emulated vLLM replicas × %d blocks × %d tokens, max %d sequences, prefill %v per uncached token, decode %v per step; gateways: %d",
 		o.Replicas, o.NumBlocks, o.BlockSize, o.MaxNumSeqs, o.Prefill, o.Decode, o.Gateways)
 	if o.Churn {
 		fmt.Fprintf(&hdr, "; churn: vllm-0 restarts at %.0f %% of each phase, vllm-%d joins at %.0f %%", 100*o.RestartAt, o.Replicas, 100*o.JoinAt)
@@ -105,9 +105,13 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	for _, w := range o.Workloads {
 		params[w.Kind] = routebench.Describe(w)
 	}
+	first := true
 	for _, p := range []string{routebench.PolicyKVRouteTokens, routebench.PolicyKVRouteEngine} {
 		if goals := routebench.CheckGoals(results, p); len(goals) > 0 {
-			hdr.WriteString("\ngoals:\n\n")
+			if first {
+				hdr.WriteString("\ngoals (issue 14):\n\n")
+				first = false
+			}
 			routebench.WriteGoals(&hdr, p, goals)
 		}
 	}

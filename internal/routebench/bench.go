@@ -466,9 +466,10 @@ func WriteReport(dir string, header string, results []*Result, params map[string
 			}
 			md.WriteString("\n")
 		}
+		md.WriteString("\n")
 		for _, r := range rs {
 			if r.Bound && r.Policy == BoundInfinite && fleetKVBlocks > 0 {
-				fmt.Fprintf(&md, "\nat %g req/s the workload touches %d distinct prompt blocks = %.2f× the fleet's KV (%d blocks)\n",
+				fmt.Fprintf(&md, "- working set at %g req/s: %d distinct prompt blocks = %.2f× the fleet's KV (%d blocks)\n",
 					r.Rate, r.WorkingSetBlocks, float64(r.WorkingSetBlocks)/float64(fleetKVBlocks), fleetKVBlocks)
 			}
 		}
