@@ -401,7 +401,7 @@ func Ceilings(tok *tokenize.Tokenizer, chat *chattemplate.ChatTemplates, o Bench
 	}
 	inf := &Result{Policy: BoundInfinite, Bound: true, Requests: len(reqs)}
 	pooled := &Result{Policy: BoundPooled, Bound: true, Requests: len(reqs)}
-	seen := map[string]bool{}
+	seen := map[string]int{} // requests containing each block
 	replay := vllmemu.NewCacheReplay(o.Replicas*(o.NumBlocks-1)+1, o.BlockSize)
 	for _, r := range reqs {
 		_, body := RequestBody(o.Model, r)
@@ -415,20 +415,26 @@ func Ceilings(tok *tokenize.Tokenizer, chat *chattemplate.ChatTemplates, o Bench
 		}
 		maxHit := (len(ids) - 1) / o.BlockSize
 		hit := 0
-		for hit < min(maxHit, len(ds)) && seen[string(ds[hit].Bytes())] {
+		for hit < min(maxHit, len(ds)) && seen[string(ds[hit].Bytes())] > 0 {
 			hit++
 		}
 		for _, d := range ds {
-			seen[string(d.Bytes())] = true
+			seen[string(d.Bytes())]++
 		}
 		inf.PromptTokens += int64(len(ids))
 		inf.CachedTokens += int64(hit * o.BlockSize)
 		pooled.PromptTokens += int64(len(ids))
 		pooled.CachedTokens += int64(replay.Serve(ids, ds, r.MaxTokens))
 	}
-	// The distinct blocks the workload touches, against the fleet's KV.
+	// The distinct blocks the workload touches, and those in more than one
+	// request (what is worth keeping), against the fleet's KV.
+	for _, n := range seen {
+		if n > 1 {
+			inf.SharedBlocks++
+		}
+	}
 	inf.WorkingSetBlocks = len(seen)
-	pooled.WorkingSetBlocks = len(seen)
+	pooled.WorkingSetBlocks, pooled.SharedBlocks = inf.WorkingSetBlocks, inf.SharedBlocks
 	return []*Result{inf, pooled}, nil
 }
 
@@ -469,8 +475,8 @@ func WriteReport(dir string, header string, results []*Result, params map[string
 		md.WriteString("\n")
 		for _, r := range rs {
 			if r.Bound && r.Policy == BoundInfinite && fleetKVBlocks > 0 {
-				fmt.Fprintf(&md, "- working set at %g req/s: %d distinct prompt blocks = %.2f× the fleet's KV (%d blocks)\n",
-					r.Rate, r.WorkingSetBlocks, float64(r.WorkingSetBlocks)/float64(fleetKVBlocks), fleetKVBlocks)
+				fmt.Fprintf(&md, "- working set at %g req/s: %d distinct prompt blocks in more than one request = %.2f× the fleet's KV (%d blocks); %d distinct blocks in all\n",
+					r.Rate, r.SharedBlocks, float64(r.SharedBlocks)/float64(fleetKVBlocks), fleetKVBlocks, r.WorkingSetBlocks)
 			}
 		}
 		md.WriteString("\n")

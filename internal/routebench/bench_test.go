@@ -84,7 +84,7 @@ func TestKVRouteBeatsRoundRobinOnSharedPrefixes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"### shared-prefix", "| shared-prefix | 30 | kvroute-engine |", "![TTFT p90 vs rate, shared-prefix](ttft-p90-shared-prefix.svg)", "prefix/hit",
-		"parameters: the params", "distinct prompt blocks", "*bound: pooled cache*"} {
+		"parameters: the params", "distinct prompt blocks in more than one request", "*bound: pooled cache*"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("results.md lacks %q:\n%s", want, md)
 		}

@@ -24,9 +24,10 @@ type Result struct {
 	Rejected int
 	// Bound marks a ceiling row (no routing): only the hit rate is meaningful.
 	Bound bool
-	// WorkingSetBlocks is the distinct prompt blocks of the workload (Bound
-	// rows only).
+	// WorkingSetBlocks is the distinct prompt blocks of the workload and
+	// SharedBlocks those in more than one request (Bound rows only).
 	WorkingSetBlocks int
+	SharedBlocks     int
 	Churn            *ChurnStats
 	PromptTokens     int64
 	CachedTokens     int64 // prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens)
