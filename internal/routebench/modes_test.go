@@ -40,7 +40,7 @@ func TestChatEvictionAndTenantsEndToEnd(t *testing.T) {
 	defer cancel()
 	o := smallBench(t, []string{PolicyApproxPrefix, PolicyKVRouteTokens, PolicyGreedy},
 		WorkloadParams{Kind: Chat, Groups: 3, PrefixWords: 120, QuestionWords: 10, MaxTokens: 2, Seed: 1},
-		WorkloadParams{Kind: Eviction, Groups: 12, PrefixWords: 300, QuestionWords: 6, ZipfS: 0.5, MaxTokens: 2, Seed: 2},
+		WorkloadParams{Kind: Eviction, Groups: 8, PrefixWords: 500, QuestionWords: 6, ZipfS: 0.5, MaxTokens: 2, Seed: 2},
 		WorkloadParams{Kind: Tenants, Groups: 2, PrefixWords: 150, QuestionWords: 6, Tenants: 1, Adapters: 1, MaxTokens: 2, Seed: 3})
 	results, err := RunBench(ctx, o)
 	if err != nil {
