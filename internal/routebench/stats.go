@@ -19,8 +19,10 @@ type Result struct {
 	Rate     float64
 	Requests int
 	Errors   int
-	// Rejected counts the errors that were 503s (kvroute: no eligible
-	// replica; the gateways: no destination).
+	// Rejected counts the errors that were 503s: kvroute's refusals (no
+	// eligible replica), and the gateway's "upstream connect error" for an
+	// engine that is down (Envoy answers 503 there too); Decisions tells
+	// kvroute's own apart.
 	Rejected int
 	// Bound marks a ceiling row (no routing): only the hit rate is meaningful.
 	Bound bool
