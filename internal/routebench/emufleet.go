@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,10 +199,16 @@ func (f *EmuFleet) UpFleet() (*HTTPFleet, []int) {
 func (f *EmuFleet) Greedy(loadWeight float64) *GreedyCacheAware {
 	return &GreedyCacheAware{
 		Encode: func(r PickRequest) []int { ids, _ := EncodeRequest(f.o.Tokenizer, f.o.Chat, r); return ids },
-		CachedTokens: func(i int, ids []int, lora, salt string) int {
+		CachedTokens: func(i int, ids []int, model, salt string) int {
 			e := f.Engine(i)
 			if e == nil || len(ids) == 0 {
 				return 0
+			}
+			// The base model's name is no adapter: only an adapter's name
+			// enters the block hashes.
+			lora := ""
+			if slices.Contains(f.o.LoRAAdapters, model) {
+				lora = model
 			}
 			return e.CachedPrefixBlocks(ids, lora, salt) * e.Options().BlockSize
 		},

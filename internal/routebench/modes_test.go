@@ -2,10 +2,14 @@ package routebench
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/internal/shareddata"
+	"github.com/kvroute/kvroute/tokenize"
 )
 
 // smallBench is a 2-engine fleet small enough for a few seconds per phase.
@@ -146,5 +150,52 @@ func TestChurnEndToEnd(t *testing.T) {
 			t.Fatalf("%s: %d of %d failed", r.Policy, r.Errors, r.Requests)
 		}
 		t.Logf("%s: %d errors (%d rejected); churn %+v", r.Policy, r.Errors, r.Rejected, *c)
+	}
+}
+
+// TestGreedySeesWhatTheEnginesHold: the greedy policy asks the engine's real
+// cache with the request as the gateway sees it; a base-model request names
+// the model, which must not be taken for an adapter (it was, and the policy
+// saw no cached tokens anywhere — checked that this test failed then).
+func TestGreedySeesWhatTheEnginesHold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := smallBench(t, nil)
+	tok, err := tokenize.Load(o.TokenizerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet, err := StartEmuFleet(ctx, EmuFleetOptions{Replicas: 2, Model: "qwen3", Tokenizer: tok, BlockSize: 16, NumBlocks: 64,
+		HashAlgo: blockhash.SHA256, Seed: "0", LoRAAdapters: []string{AdapterName(0)}, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	d := &Driver{Model: "qwen3"}
+	base := Request{Prompt: strings.Repeat("cache block token route prefix ", 20), MaxTokens: 1}
+	adapter := base
+	adapter.Model = AdapterName(0)
+	for _, r := range []Request{base, adapter} {
+		// Serve each on replica 1 directly.
+		if s := d.send(ctx, "http://"+fleet.HTTP.Addrs[1], 0, r); s.Err != nil {
+			t.Fatal(s.Err)
+		}
+	}
+	g := fleet.Greedy(256)
+	for _, r := range []Request{base, adapter} {
+		_, body := RequestBody("qwen3", r)
+		var fields struct{ Model string }
+		_ = json.Unmarshal(body, &fields)
+		pr := PickRequest{Model: fields.Model, Prompt: r.Prompt, Body: body}
+		ids := g.Encode(pr)
+		if got := g.CachedTokens(1, ids, pr.Model, ""); got < len(ids)-32 {
+			t.Fatalf("model %q: replica 1 holds %d of %d tokens by the greedy policy's look", pr.Model, got, len(ids))
+		}
+		if got := g.CachedTokens(0, ids, pr.Model, ""); got != 0 {
+			t.Fatalf("model %q: replica 0 holds %d tokens", pr.Model, got)
+		}
+		if got := g.Pick(pr, FleetView{InFlight: []int{0, 0}}); got != 1 {
+			t.Fatalf("model %q: picked %d, want 1", pr.Model, got)
+		}
 	}
 }

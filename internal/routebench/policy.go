@@ -251,8 +251,9 @@ type GreedyCacheAware struct {
 	// (nil when it cannot be encoded: then nothing counts as cached).
 	Encode func(r PickRequest) []int
 	// CachedTokens returns how many leading tokens of ids replica i would
-	// take from its prefix cache now, for this adapter and salt.
-	CachedTokens func(i int, ids []int, lora, salt string) int
+	// take from its prefix cache now, for a request naming model (the base
+	// model or a LoRA adapter) with this salt.
+	CachedTokens func(i int, ids []int, model, salt string) int
 	// Queue returns replica i's running + waiting requests.
 	Queue      func(i int) int
 	LoadWeight float64 // tokens one queued request costs
