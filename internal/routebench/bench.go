@@ -321,14 +321,14 @@ func runPhase(ctx context.Context, fleet *EmuFleet, driver *Driver, o BenchOptio
 		defer o.Progress.End()
 	}
 	up, _ := fleet.UpFleet()
-	ph := &Phase{Fleet: up, Driver: driver, Settle: settle, Policy: policy, Workload: w.Kind, Rate: w.Rate}
+	ph := &Phase{Fleet: up, Driver: driver, Settle: settle, Policy: policy, Workload: w.Kind, Rate: w.Rate, Arrivals: fleet.Arrivals}
 	var churn *ChurnStats
 	var restartErr, joinErr error // set by ph.During, which Run waits for
 	if o.Churn {
 		window := reqs[len(reqs)-1].At
 		churn = &ChurnStats{Restarted: fleet.HTTP.Names[0], Joined: fleet.HTTP.Names[fleet.Len()-1],
 			RestartAt: time.Duration(o.RestartAt * float64(window)), JoinAt: time.Duration(o.JoinAt * float64(window))}
-		ph.Arrivals, ph.Names = fleet.Arrivals, fleet.HTTP.Names
+		ph.Names = fleet.HTTP.Names
 		ph.After = func() *HTTPFleet { f, _ := fleet.UpFleet(); return f }
 		ph.During = func(ctx context.Context) {
 			start := time.Now()

@@ -130,6 +130,7 @@ type Phase struct {
 	// engines); the phase waits for it. The engines' counters restart with
 	// them, so the phase then counts requests per replica from Arrivals and
 	// leaves the engine counters out; After is the fleet once During is done.
+	// Arrivals, when set, is emptied at the start and the end of every phase.
 	During   func(ctx context.Context)
 	After    func() *HTTPFleet
 	Arrivals *ArrivalLog
@@ -187,13 +188,15 @@ func (p *Phase) Run(ctx context.Context, gatewayURLs []string, reqs []Request) (
 	r.Setup = p.Setup
 	r.Elapsed = elapsed
 	p.samples = samples
+	if p.Arrivals != nil {
+		p.arrivals = p.Arrivals.Take()
+	}
 	r.PerReplica = map[string]int{}
 	if p.During != nil {
 		r.ReplicaOrder = p.Names
 		for _, n := range p.Names {
 			r.PerReplica[n] = 0
 		}
-		p.arrivals = p.Arrivals.Take()
 		for _, a := range p.arrivals {
 			r.PerReplica[a.Replica]++
 		}
