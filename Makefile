@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      ?= ./...
 
-.PHONY: all build test lint tools vet testdata bench fuzz demo run clean
+.PHONY: all build test lint tools vet testdata bench bench-routing fuzz demo run clean
 
 all: build
 
@@ -70,6 +70,17 @@ run: build testdata
 # 127.0.0.1 and compares kvroute with round-robin (≤ 2 minutes; Ctrl-C stops all).
 demo: build testdata
 	$(BIN)/kvroute-bench demo --bin $(BIN)
+
+# bench-routing is the routing benchmark docs/BENCHMARKS.md publishes
+# (about 25 minutes on 2 cores; one results.md per part under BENCH_OUT).
+BENCH_OUT ?= bench-results
+BENCH_POLICIES ?= round-robin,least-loaded,approx-prefix,kvroute-tokens,kvroute-engine,greedy-cache-aware
+bench-routing: build testdata
+	$(BIN)/kvroute-bench run --out $(BENCH_OUT)/no-sharing --workloads no-sharing --rates 8,20,40 --phase-duration 20s --policies $(BENCH_POLICIES)
+	$(BIN)/kvroute-bench run --out $(BENCH_OUT)/eviction --workloads eviction --rates 20 --phase-duration 60s --policies $(BENCH_POLICIES)
+	$(BIN)/kvroute-bench run --out $(BENCH_OUT)/eviction-3-gateways --workloads eviction --gateways 3 --rates 20 --phase-duration 60s --policies round-robin,approx-prefix,kvroute-tokens
+	$(BIN)/kvroute-bench run --out $(BENCH_OUT)/churn --workloads shared-prefix --churn --rates 20 --phase-duration 20s --policies round-robin,approx-prefix,kvroute-tokens,kvroute-engine
+	$(BIN)/kvroute-bench run --out $(BENCH_OUT)/mixed --workloads shared-prefix,multi-turn,chat,tenants --rates 8,20,40 --policies $(BENCH_POLICIES)
 
 clean:
 	rm -rf $(BIN) .cache

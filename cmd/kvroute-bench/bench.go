@@ -16,11 +16,11 @@ import (
 // runBench is `kvroute-bench run`, the routing-quality benchmark.
 func runBench(ctx context.Context, args []string, io stdio) error {
 	o := routebench.DefaultBenchOptions()
-	shared, turns, unique := &o.Workloads[0], &o.Workloads[1], &o.Workloads[2]
+	shared, turns, unique, chat, evict, ten := &o.Workloads[0], &o.Workloads[1], &o.Workloads[2], &o.Workloads[3], &o.Workloads[4], &o.Workloads[5]
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.err)
 	out := fs.String("out", "bench-results", "directory for results.md and the SVG charts")
-	workloads := fs.String("workloads", "shared-prefix,multi-turn,no-sharing", "workloads to run, comma-separated")
+	workloads := fs.String("workloads", "shared-prefix,multi-turn,no-sharing", "workloads to run, comma-separated ("+strings.Join(routebench.Kinds, ", ")+")")
 	policies := fs.String("policies", strings.Join(routebench.AllPolicies, ","), "policies to compare, comma-separated")
 	rates := fs.String("rates", joinFloats(o.Rates), "request rates (req/s, Poisson), comma-separated")
 	fs.StringVar(&o.TokenizerDir, "tokenizer", o.TokenizerDir, "tokenizer directory of the emulated model")
@@ -39,6 +39,20 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	fs.IntVar(&turns.PrefixWords, "turn-system-words", turns.PrefixWords, "multi-turn: words in a session's system prompt")
 	fs.IntVar(&turns.QuestionWords, "turn-words", turns.QuestionWords, "multi-turn: words per user turn (answers add half)")
 	fs.IntVar(&unique.PrefixWords, "unique-words", unique.PrefixWords, "no-sharing: words per prompt")
+	fs.IntVar(&chat.Groups, "chat-sessions", chat.Groups, "chat: concurrent sessions")
+	fs.IntVar(&chat.PrefixWords, "chat-system-words", chat.PrefixWords, "chat: words in a session's system message")
+	fs.IntVar(&chat.QuestionWords, "chat-words", chat.QuestionWords, "chat: words per user turn (assistant turns add half)")
+	fs.IntVar(&evict.Groups, "eviction-docs", evict.Groups, "eviction: documents")
+	fs.IntVar(&evict.PrefixWords, "eviction-doc-words", evict.PrefixWords, "eviction: words per document")
+	fs.Float64Var(&evict.ZipfS, "eviction-zipf", evict.ZipfS, "eviction: Zipf exponent of document popularity (0: uniform)")
+	fs.IntVar(&ten.Groups, "tenant-docs", ten.Groups, "tenants: shared documents")
+	fs.IntVar(&ten.PrefixWords, "tenant-doc-words", ten.PrefixWords, "tenants: words per document")
+	fs.IntVar(&ten.Tenants, "tenants", ten.Tenants, "tenants: cache_salt tenants")
+	fs.IntVar(&ten.Adapters, "adapters", ten.Adapters, "tenants: LoRA adapters")
+	fs.IntVar(&o.Gateways, "gateways", o.Gateways, "gateway replicas in front of the fleet (each policy instance and each kvroute with its own state; clients spread evenly)")
+	fs.BoolVar(&o.Churn, "churn", o.Churn, "restart replica 0 (cache gone, same address) and start one more replica (down until then) mid-phase")
+	fs.Float64Var(&o.RestartAt, "restart-at", o.RestartAt, "churn: restart at this fraction of the phase")
+	fs.Float64Var(&o.JoinAt, "join-at", o.JoinAt, "churn: the extra replica joins at this fraction of the phase")
 	maxTokens := fs.Int("max-tokens", shared.MaxTokens, "output tokens per request")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
@@ -48,6 +62,9 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 		return errUsage
 	}
 	var err error
+	if o.Gateways < 1 || o.RestartAt < 0 || o.RestartAt > 1 || o.JoinAt < 0 || o.JoinAt > 1 {
+		return errors.New("--gateways must be ≥ 1, --restart-at and --join-at within 0..1")
+	}
 	if o.Rates, err = parseFloats(*rates); err != nil {
 		return fmt.Errorf("--rates: %w", err)
 	}
@@ -76,41 +93,35 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	}
 	var hdr strings.Builder
 	fmt.Fprintf(&hdr, "# kvroute-bench run\n\ncommand: `kvroute-bench run %s`\n\n", strings.Join(args, " "))
-	fmt.Fprintf(&hdr, "fleet: %d emulated vLLM replicas × %d blocks × %d tokens, max %d sequences, prefill %v per uncached token, decode %v per step; %d policies; wall time %s\n",
-		o.Replicas, o.NumBlocks, o.BlockSize, o.MaxNumSeqs, o.Prefill, o.Decode, len(o.Policies), time.Since(start).Round(time.Second))
-	fmt.Fprintf(&hdr, "\nworkloads: %s\n", describeWorkloads(o.Workloads))
+	fmt.Fprintf(&hdr, "fleet: %d emulated vLLM replicas × %d blocks × %d tokens, max %d sequences, prefill %v per uncached token, decode %v per step; gateways: %d",
+		o.Replicas, o.NumBlocks, o.BlockSize, o.MaxNumSeqs, o.Prefill, o.Decode, o.Gateways)
+	if o.Churn {
+		fmt.Fprintf(&hdr, "; churn: vllm-0 restarts at %.0f %% of each phase, vllm-%d joins at %.0f %%", 100*o.RestartAt, o.Replicas, 100*o.JoinAt)
+	}
+	fmt.Fprintf(&hdr, "; phases of %v (at least %d requests); rates %s req/s; policies %s; wall time %s\n",
+		o.PhaseDuration, o.MinRequests, joinFloats(o.Rates), strings.Join(o.Policies, ", "), time.Since(start).Round(time.Second))
+	hdr.WriteString("\nceilings (rows in italics): *bound: infinite cache* = the reuse in the workload (every block ever computed kept); *bound: pooled cache* = one engine holding the whole fleet's KV with the engines' BlockPool and eviction, requests replayed one at a time. `greedy-cache-aware` asks the engines' real caches and picks greedily: a heuristic, not a bound.\n")
+	params := map[string]string{}
+	for _, w := range o.Workloads {
+		params[w.Kind] = routebench.Describe(w)
+	}
+	first := true
 	for _, p := range []string{routebench.PolicyKVRouteTokens, routebench.PolicyKVRouteEngine} {
 		if goals := routebench.CheckGoals(results, p); len(goals) > 0 {
-			hdr.WriteString("\ngoals (shared-prefix, highest rate):\n\n")
+			if first {
+				hdr.WriteString("\ngoals (issue 14):\n\n")
+				first = false
+			}
 			routebench.WriteGoals(&hdr, p, goals)
 		}
 	}
-	if err := routebench.WriteReport(*out, hdr.String(), results); err != nil {
+	if err := routebench.WriteReport(*out, hdr.String(), results, params, o.Replicas*(o.NumBlocks-1)); err != nil {
 		return errors.Join(runErr, err)
 	}
 	md, _ := os.ReadFile(*out + "/results.md")
 	io.out.Write(md)
 	fmt.Fprintf(io.err, "kvroute-bench run: wrote %s/results.md and its charts\n", *out)
 	return runErr
-}
-
-func describeWorkloads(ws []routebench.WorkloadParams) string {
-	var parts []string
-	for _, w := range ws {
-		switch w.Kind {
-		case routebench.SharedPrefix:
-			parts = append(parts, fmt.Sprintf("shared-prefix (%d documents × %d words, %d users per group, %d-word questions)",
-				w.Groups, w.PrefixWords, w.UsersPerGroup, w.QuestionWords))
-		case routebench.MultiTurn:
-			parts = append(parts, fmt.Sprintf("multi-turn (%d sessions, %d-word system prompt, %d-word turns)", w.Groups, w.PrefixWords, w.QuestionWords))
-		case routebench.NoSharing:
-			parts = append(parts, fmt.Sprintf("no-sharing (%d-word unique prompts)", w.PrefixWords+w.QuestionWords))
-		}
-	}
-	if len(ws) > 0 {
-		parts = append(parts, fmt.Sprintf("%d output tokens each", ws[0].MaxTokens))
-	}
-	return strings.Join(parts, "; ")
 }
 
 func splitList(s string) []string {

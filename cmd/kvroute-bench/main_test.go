@@ -47,7 +47,8 @@ func TestRunRejectsBadListsBeforeStarting(t *testing.T) {
 	for _, c := range []struct{ args, want string }{
 		{"--rates 5,-1", `--rates: "-1" is not a positive number`},
 		{"--workloads shared-prefix,chatty", `unknown workload "chatty"`},
-		{"--policies oracle,magic", `unknown policy "magic"`},
+		{"--policies greedy-cache-aware,magic", `unknown policy "magic"`},
+		{"--gateways 0", `--gateways must be ≥ 1`},
 	} {
 		code, _, errs := runCmd(t, append([]string{"run", "--out", t.TempDir()}, strings.Fields(c.args)...)...)
 		if code != 1 || !strings.Contains(errs, c.want) {

@@ -73,7 +73,7 @@ func liveMetrics(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	d := &routebench.Driver{Client: &http.Client{Timeout: 20 * time.Second}, Model: "m"}
-	if err := routebench.FirstError(d.Run(ctx, url, reqs)); err != nil {
+	if err := routebench.FirstError(d.Run(ctx, []string{url}, reqs)); err != nil {
 		t.Fatal(err)
 	}
 	fams, err := reg.Gather()

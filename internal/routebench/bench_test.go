@@ -34,12 +34,15 @@ func TestKVRouteBeatsRoundRobinOnSharedPrefixes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 3 {
-		t.Fatalf("%d results, want 3", len(results))
+	if len(results) != 2+3 {
+		t.Fatalf("%d results, want the 2 ceilings and 3 policies", len(results))
 	}
 	byPolicy := map[string]*Result{}
 	for _, r := range results {
 		byPolicy[r.Policy] = r
+		if r.Bound {
+			continue
+		}
 		served := 0
 		for _, n := range r.PerReplica {
 			served += n
@@ -53,6 +56,13 @@ func TestKVRouteBeatsRoundRobinOnSharedPrefixes(t *testing.T) {
 		}
 	}
 	rr := byPolicy[PolicyRoundRobin]
+	// The ceilings: the pooled cache (4 × 71 blocks, the 4 documents fit) is
+	// under the infinite cache and above every router.
+	inf, pooled := byPolicy[BoundInfinite], byPolicy[BoundPooled]
+	if inf.PromptTokens != rr.PromptTokens || pooled.HitRate() > inf.HitRate() || pooled.HitRate() < byPolicy[PolicyKVRouteTokens].HitRate() {
+		t.Fatalf("ceilings %d tokens (policies %d), infinite %.3f, pooled %.3f, kvroute %.3f", inf.PromptTokens, rr.PromptTokens,
+			inf.HitRate(), pooled.HitRate(), byPolicy[PolicyKVRouteTokens].HitRate())
+	}
 	for _, p := range []string{PolicyKVRouteTokens, PolicyKVRouteEngine} {
 		kv := byPolicy[p]
 		t.Logf("%s hit rate %.1f %%, round-robin %.1f %%; decisions %v", p, 100*kv.HitRate(), 100*rr.HitRate(), kv.Decisions)
@@ -65,14 +75,15 @@ func TestKVRouteBeatsRoundRobinOnSharedPrefixes(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	if err := WriteReport(dir, "# test\n", results); err != nil {
+	if err := WriteReport(dir, "# test\n", results, map[string]string{SharedPrefix: "the params"}, 4*71); err != nil {
 		t.Fatal(err)
 	}
 	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"### shared-prefix", "| shared-prefix | 30 | kvroute-engine |", "![TTFT p90 vs rate, shared-prefix](ttft-p90-shared-prefix.svg)", "prefix/hit"} {
+	for _, want := range []string{"### shared-prefix", "| shared-prefix | 30 | kvroute-engine |", "![TTFT p90 vs rate, shared-prefix](ttft-p90-shared-prefix.svg)", "prefix/hit",
+		"parameters: the params", "distinct prompt blocks in more than one request", "*bound: pooled cache*"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("results.md lacks %q:\n%s", want, md)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ type Sample struct {
 	TTFT         time.Duration // request sent → first streamed token
 	PromptTokens int           // usage.prompt_tokens
 	CachedTokens int           // usage.prompt_tokens_details.cached_tokens
+	Status       int           // HTTP status (0: no response)
 	Err          error
 }
 
@@ -33,10 +35,10 @@ type Driver struct {
 	Progress func(done, total int, s Sample)
 }
 
-// Run sends reqs to gatewayURL (e.g. "http://127.0.0.1:8080") and returns
-// one sample per request, in request order, once all have finished or ctx
-// ends.
-func (d *Driver) Run(ctx context.Context, gatewayURL string, reqs []Request) []Sample {
+// Run sends reqs to the gateways (e.g. "http://127.0.0.1:8080"), request i
+// to gateway i mod len(gatewayURLs) (clients spread evenly), and returns one
+// sample per request, in request order, once all have finished or ctx ends.
+func (d *Driver) Run(ctx context.Context, gatewayURLs []string, reqs []Request) []Sample {
 	out := make([]Sample, len(reqs))
 	var wg sync.WaitGroup
 	var done atomic.Int64
@@ -57,7 +59,7 @@ func (d *Driver) Run(ctx context.Context, gatewayURL string, reqs []Request) []S
 			break
 		}
 		wg.Go(func() {
-			s := d.send(ctx, gatewayURL, r)
+			s := d.send(ctx, gatewayURLs[i%len(gatewayURLs)], i, r)
 			out[i] = s
 			n := done.Add(1)
 			if d.Progress != nil {
@@ -71,7 +73,10 @@ func (d *Driver) Run(ctx context.Context, gatewayURL string, reqs []Request) []S
 
 type completionChunk struct {
 	Choices []struct {
-		Text string `json:"text"`
+		Text  string `json:"text"`
+		Delta *struct {
+			Content string `json:"content"`
+		} `json:"delta"`
 	} `json:"choices"`
 	Usage *struct {
 		PromptTokens        int `json:"prompt_tokens"`
@@ -81,18 +86,40 @@ type completionChunk struct {
 	} `json:"usage"`
 }
 
-// send posts one streaming /v1/completions request asking for usage in the
-// last chunk, as vLLM's stream_options.include_usage does.
-func (d *Driver) send(ctx context.Context, base string, r Request) Sample {
-	body, _ := json.Marshal(map[string]any{
-		"model": d.Model, "prompt": r.Prompt, "max_tokens": r.MaxTokens, "temperature": 0,
+// RequestBody is the OpenAI body the driver sends for r (model is the base
+// model, replaced by r's adapter when it names one) and its path.
+func RequestBody(model string, r Request) (path string, body []byte) {
+	if r.Model != "" {
+		model = r.Model
+	}
+	m := map[string]any{
+		"model": model, "max_tokens": r.MaxTokens, "temperature": 0,
 		"stream": true, "stream_options": map[string]any{"include_usage": true},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
+	}
+	if r.CacheSalt != "" {
+		m["cache_salt"] = r.CacheSalt
+	}
+	path = "/v1/completions"
+	if r.Messages != nil {
+		m["messages"], path = r.Messages, "/v1/chat/completions"
+	} else {
+		m["prompt"] = r.Prompt
+	}
+	body, _ = json.Marshal(m)
+	return path, body
+}
+
+// send posts one streaming request (completions or chat) asking for usage in
+// the last chunk, as vLLM's stream_options.include_usage does; id goes in
+// the x-bench-id header so the engines' arrival log can be joined with it.
+func (d *Driver) send(ctx context.Context, base string, id int, r Request) Sample {
+	path, body := RequestBody(d.Model, r)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
 		return Sample{Err: err}
 	}
 	req.Header.Set("content-type", "application/json")
+	req.Header.Set(headerBenchID, strconv.Itoa(id))
 	client := d.Client
 	if client == nil {
 		client = http.DefaultClient
@@ -105,9 +132,9 @@ func (d *Driver) send(ctx context.Context, base string, r Request) Sample {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return Sample{Err: fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))}
+		return Sample{Status: resp.StatusCode, Err: fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
-	var s Sample
+	s := Sample{Status: resp.StatusCode}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	gotUsage := false
@@ -118,9 +145,12 @@ func (d *Driver) send(ctx context.Context, base string, r Request) Sample {
 		}
 		var c completionChunk
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
-			return Sample{Err: fmt.Errorf("bad SSE chunk: %w", err)}
+			return Sample{Status: resp.StatusCode, Err: fmt.Errorf("bad SSE chunk: %w", err)}
 		}
-		if s.TTFT == 0 && len(c.Choices) > 0 {
+		// The first generated text; a chat stream's first chunk may carry
+		// only the role.
+		if s.TTFT == 0 && len(c.Choices) > 0 && (c.Choices[0].Text != "" || c.Choices[0].Delta == nil ||
+			c.Choices[0].Delta.Content != "") {
 			s.TTFT = time.Since(sent)
 		}
 		if c.Usage != nil {
@@ -132,10 +162,10 @@ func (d *Driver) send(ctx context.Context, base string, r Request) Sample {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return Sample{Err: err}
+		return Sample{Status: resp.StatusCode, Err: err}
 	}
 	if s.TTFT == 0 || !gotUsage {
-		return Sample{Err: fmt.Errorf("stream ended without a token or usage")}
+		return Sample{Status: resp.StatusCode, Err: fmt.Errorf("stream ended without a token or usage")}
 	}
 	return s
 }
@@ -147,6 +177,9 @@ func Summarize(policy, workload string, rate float64, samples []Sample) *Result 
 	for _, s := range samples {
 		if s.Err != nil {
 			r.Errors++
+			if s.Status == http.StatusServiceUnavailable {
+				r.Rejected++
+			}
 			continue
 		}
 		r.PromptTokens += int64(s.PromptTokens)

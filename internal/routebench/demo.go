@@ -190,7 +190,7 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 		phase := &Phase{Fleet: fleet, Driver: driver, Settle: 500 * time.Millisecond,
 			Policy: ph.policy, Workload: o.Workload.Kind, Rate: o.Workload.Rate}
 		prog.Begin(ph.policy, len(reqs))
-		r, err := phase.Run(ctx, ph.url, reqs)
+		r, err := phase.Run(ctx, []string{ph.url}, reqs)
 		prog.End()
 		if err != nil {
 			if exit := children.FirstExit(); exit != nil {

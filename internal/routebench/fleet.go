@@ -117,8 +117,8 @@ func (f *HTTPFleet) WaitIdle(ctx context.Context, timeout time.Duration) error {
 }
 
 // Phase runs one policy's pass over a workload: cold caches, the requests
-// through gatewayURL, then per-replica counts and the engines' own hit rate
-// from their /metrics deltas.
+// through the gateways, then per-replica counts and the engines' own hit
+// rate from their /metrics deltas.
 type Phase struct {
 	Fleet    *HTTPFleet
 	Driver   *Driver
@@ -126,10 +126,25 @@ type Phase struct {
 	Policy   string
 	Workload string
 	Rate     float64
+	// During, when set, runs beside the driver (churn: restart and join
+	// engines); the phase waits for it. The engines' counters restart with
+	// them, so the phase then counts requests per replica from Arrivals and
+	// leaves the engine counters out; After is the fleet once During is done.
+	// Arrivals, when set, is emptied at the start and the end of every phase.
+	During   func(ctx context.Context)
+	After    func() *HTTPFleet
+	Arrivals *ArrivalLog
+	Names    []string // every replica name, for PerReplica with During
+	Setup    string   // Result.Setup
+
+	// What the run saw, for the caller's own accounting.
+	started  time.Time
+	samples  []Sample
+	arrivals []Arrival
 }
 
 // Run executes the phase.
-func (p *Phase) Run(ctx context.Context, gatewayURL string, reqs []Request) (*Result, error) {
+func (p *Phase) Run(ctx context.Context, gatewayURLs []string, reqs []Request) (*Result, error) {
 	if err := p.Fleet.WaitIdle(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
@@ -145,22 +160,52 @@ func (p *Phase) Run(ctx context.Context, gatewayURL string, reqs []Request) (*Re
 	if err != nil {
 		return nil, err
 	}
+	if p.Arrivals != nil {
+		p.Arrivals.Take()
+	}
 	start := time.Now()
-	samples := p.Driver.Run(ctx, gatewayURL, reqs)
+	p.started = start
+	done := make(chan struct{})
+	if p.During != nil {
+		go func() { defer close(done); p.During(ctx) }()
+	} else {
+		close(done)
+	}
+	samples := p.Driver.Run(ctx, gatewayURLs, reqs)
 	elapsed := time.Since(start)
+	<-done
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	if err := p.Fleet.WaitIdle(ctx, 30*time.Second); err != nil {
+	fleet := p.Fleet
+	if p.After != nil {
+		fleet = p.After()
+	}
+	if err := fleet.WaitIdle(ctx, 30*time.Second); err != nil {
 		return nil, err
+	}
+	r := Summarize(p.Policy, p.Workload, p.Rate, samples)
+	r.Setup = p.Setup
+	r.Elapsed = elapsed
+	p.samples = samples
+	if p.Arrivals != nil {
+		p.arrivals = p.Arrivals.Take()
+	}
+	r.PerReplica = map[string]int{}
+	if p.During != nil {
+		r.ReplicaOrder = p.Names
+		for _, n := range p.Names {
+			r.PerReplica[n] = 0
+		}
+		for _, a := range p.arrivals {
+			r.PerReplica[a.Replica]++
+		}
+		return r, nil
 	}
 	after, err := p.Fleet.Counters(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r := Summarize(p.Policy, p.Workload, p.Rate, samples)
-	r.Elapsed = elapsed
-	r.PerReplica = map[string]int{}
 	r.ReplicaOrder = p.Fleet.Names
 	for i, name := range p.Fleet.Names {
 		d := after[i].Sub(before[i])

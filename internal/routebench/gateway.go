@@ -20,6 +20,10 @@ type PolicyGateway struct {
 	upstreams []*url.URL
 	proxy     *httputil.ReverseProxy
 
+	// Down, when set, reports replicas the gateway knows are down (it skips
+	// them, as a gateway does with endpoints the orchestrator removed).
+	Down func(i int) bool
+
 	mu       sync.Mutex
 	inFlight []int
 	served   []int
@@ -47,13 +51,23 @@ func (g *PolicyGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var fields struct {
-		Prompt string `json:"prompt"`
+		Model     string        `json:"model"`
+		Prompt    string        `json:"prompt"`
+		Messages  []ChatMessage `json:"messages"`
+		CacheSalt string        `json:"cache_salt"`
 	}
-	_ = json.Unmarshal(body, &fields) // no prompt: the policy sees ""
+	_ = json.Unmarshal(body, &fields) // malformed: the policy sees empty fields
 	g.mu.Lock()
 	view := FleetView{InFlight: append([]int(nil), g.inFlight...)}
 	g.mu.Unlock()
-	i := g.policy.Pick(fields.Prompt, view)
+	if g.Down != nil {
+		view.Down = make([]bool, len(view.InFlight))
+		for i := range view.Down {
+			view.Down[i] = g.Down(i)
+		}
+	}
+	i := g.policy.Pick(PickRequest{Model: fields.Model, CacheSalt: fields.CacheSalt, Prompt: fields.Prompt,
+		Messages: fields.Messages, Body: body}, view)
 	g.mu.Lock()
 	g.inFlight[i]++
 	g.served[i]++

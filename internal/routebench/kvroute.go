@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,10 @@ type KVRouteConfig struct {
 	ExtProc      string // listen.extproc, e.g. "127.0.0.1:0"
 	Admin        string // listen.admin; "" disables it
 	Replicas     []Replica
+	LoRAAdapters []string
+	// DebugHeaders turns on routing.debug_headers (x-kvroute-* on routed
+	// requests; the churn accounting reads them at the engines).
+	DebugHeaders bool
 }
 
 // YAML renders the config file kvroute serve reads (see docs/CONFIG.md).
@@ -46,9 +51,15 @@ func (c KVRouteConfig) YAML() string {
 	fmt.Fprintf(&b, "listen: {extproc: %q, admin: %q}\n", c.ExtProc, c.Admin)
 	b.WriteString("log: {level: warn, format: text}\n")
 	b.WriteString("ingest: {scrape_interval: 200ms}\n")
+	if c.DebugHeaders {
+		b.WriteString("routing: {debug_headers: true}\n")
+	}
 	b.WriteString("pools:\n")
 	fmt.Fprintf(&b, "  - name: %s\n    models: [%q]\n    tokenizer: %q\n    block_size: %d\n    keys: %s\n",
 		"fleet", c.Model, c.TokenizerDir, c.BlockSize, c.Keys)
+	if len(c.LoRAAdapters) > 0 {
+		fmt.Fprintf(&b, "    lora_adapters: [%s]\n", strings.Join(quoteAll(c.LoRAAdapters), ", "))
+	}
 	fmt.Fprintf(&b, "    hash: {algorithm: %s", c.HashAlgo)
 	if c.Seed != "" {
 		fmt.Fprintf(&b, ", seed: %q", c.Seed)
@@ -62,6 +73,14 @@ func (c KVRouteConfig) YAML() string {
 		b.WriteString("}\n")
 	}
 	return b.String()
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 // KVRoute is kvroute running in process behind the fake Envoy gateway.
@@ -174,6 +193,12 @@ func ServeLoopback(h http.Handler) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
+	return "http://" + ln.Addr().String(), serveListener(ln, h), nil
+}
+
+// serveListener serves h on ln; the returned stop shuts the server down
+// (open requests get 2 s) and waits for it.
+func serveListener(ln net.Listener, h http.Handler) func() {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
@@ -188,5 +213,5 @@ func ServeLoopback(h http.Handler) (string, func(), error) {
 		}
 		<-done
 	}
-	return "http://" + ln.Addr().String(), stop, nil
+	return stop
 }

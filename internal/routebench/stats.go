@@ -11,17 +11,32 @@ import (
 
 // Result is what one policy achieved on one workload at one rate.
 type Result struct {
-	Policy       string
-	Workload     string
-	Rate         float64
-	Requests     int
-	Errors       int
-	PromptTokens int64
-	CachedTokens int64 // prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens)
-	TTFT         []time.Duration
-	PerReplica   map[string]int
-	ReplicaOrder []string // PerReplica's keys in fleet order; nil: sorted
-	Elapsed      time.Duration
+	Policy   string
+	Workload string
+	// Setup names the mode beyond the workload ("3 gateways", "churn"); ""
+	// is one gateway, a steady fleet.
+	Setup    string
+	Rate     float64
+	Requests int
+	Errors   int
+	// Rejected counts the errors that were 503s: kvroute's refusals (no
+	// eligible replica), and the gateway's "upstream connect error" for an
+	// engine that is down (Envoy answers 503 there too); Decisions tells
+	// kvroute's own apart.
+	Rejected int
+	// Bound marks a ceiling row (no routing): only the hit rate is meaningful.
+	Bound bool
+	// WorkingSetBlocks is the distinct prompt blocks of the workload and
+	// SharedBlocks those in more than one request (Bound rows only).
+	WorkingSetBlocks int
+	SharedBlocks     int
+	Churn            *ChurnStats
+	PromptTokens     int64
+	CachedTokens     int64 // prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens)
+	TTFT             []time.Duration
+	PerReplica       map[string]int
+	ReplicaOrder     []string // PerReplica's keys in fleet order; nil: sorted
+	Elapsed          time.Duration
 	// EngineQueriedTokens and EngineHitTokens are the engines' own prefix
 	// cache counters over the run (deltas of vllm:prefix_cache_queries_total
 	// and vllm:prefix_cache_hits_total, summed over the fleet): a cross-check
@@ -31,6 +46,23 @@ type Result struct {
 	// Decisions counts kvroute's routing decisions by "outcome/reason"
 	// (kvroute_route_decisions_total); nil for gateway-side policies.
 	Decisions map[string]int
+}
+
+// Label is the report section of r: its workload and setup.
+func (r *Result) Label() string {
+	if r.Setup == "" {
+		return r.Workload
+	}
+	return r.Workload + " · " + r.Setup
+}
+
+// ChurnStats is what a churn phase did and how the policy coped.
+type ChurnStats struct {
+	Restarted, Joined string        // replica names
+	RestartAt, JoinAt time.Duration // after the phase started
+	ToRestarted       int           // requests that reached the restarted engine ≥ 1 s after its restart
+	StaleRouted       int           // of those, kvroute claimed more matched tokens than the engine held (x-kvroute-matched-tokens > cached_tokens + one block)
+	ToJoined          int           // requests that reached the joined engine
 }
 
 // EngineHitRate is the prefix-cache hit rate by the engines' own counters.
@@ -118,15 +150,20 @@ func (r *Result) Imbalance() float64 {
 	return float64(peak) / (float64(sum) / float64(len(r.PerReplica)))
 }
 
-// WriteMarkdown writes one table row per result.
+// WriteMarkdown writes one table row per result; ceiling rows show only
+// their hit rate.
 func WriteMarkdown(w io.Writer, results []*Result) {
-	fmt.Fprintln(w, "| workload | rate (req/s) | policy | token hit rate | TTFT p50 | TTFT p90 | TTFT p99 | throughput (req/s) | imbalance (max/mean) | errors |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| workload | rate (req/s) | policy | token hit rate | TTFT p50 | TTFT p90 | TTFT p99 | throughput (req/s) | imbalance (max/mean) | errors | rejected (503) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
-		fmt.Fprintf(w, "| %s | %g | %s | %.1f %% | %s | %s | %s | %.1f | %.2f | %d |\n",
-			r.Workload, r.Rate, r.Policy, 100*r.HitRate(),
+		if r.Bound {
+			fmt.Fprintf(w, "| %s | %g | *%s* | %.1f %% | — | — | — | — | — | — | — |\n", r.Label(), r.Rate, r.Policy, 100*r.HitRate())
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %g | %s | %.1f %% | %s | %s | %s | %.1f | %.2f | %d | %d |\n",
+			r.Label(), r.Rate, r.Policy, 100*r.HitRate(),
 			ms(r.Percentile(0.5)), ms(r.Percentile(0.9)), ms(r.Percentile(0.99)),
-			r.Throughput(), r.Imbalance(), r.Errors)
+			r.Throughput(), r.Imbalance(), r.Errors, r.Rejected)
 	}
 }
 

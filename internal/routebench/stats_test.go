@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -102,17 +103,24 @@ func sampleResults() []*Result {
 
 func TestWriteMarkdownRows(t *testing.T) {
 	var b bytes.Buffer
-	WriteMarkdown(&b, sampleResults())
+	rs := sampleResults()
+	rs[3].Requests, rs[3].Errors, rs[3].Rejected = 5, 3, 2
+	rs[3].Setup = "3 gateways"
+	rs = append(rs, &Result{Policy: BoundPooled, Workload: SharedPrefix, Rate: 8, Bound: true, PromptTokens: 100, CachedTokens: 75})
+	WriteMarkdown(&b, rs)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 2+6 {
-		t.Fatalf("%d lines, want header, rule and 6 rows:\n%s", len(lines), b.String())
+	if len(lines) != 2+7 {
+		t.Fatalf("%d lines, want header, rule and 7 rows:\n%s", len(lines), b.String())
 	}
-	want := "| shared-prefix | 8 | kvroute-tokens | 20.0 % | 1.0 ms | 16.0 ms | 16.0 ms | 2.0 | 1.00 | 0 |"
+	want := "| shared-prefix · 3 gateways | 8 | kvroute-tokens | 20.0 % | 1.0 ms | 16.0 ms | 16.0 ms | 2.0 | 1.00 | 3 | 2 |"
 	if lines[5] != want {
 		t.Fatalf("row\n%s\nwant\n%s", lines[5], want)
 	}
+	if want := "| shared-prefix | 8 | *bound: pooled cache* | 75.0 % | — | — | — | — | — | — | — |"; lines[8] != want {
+		t.Fatalf("bound row\n%s\nwant\n%s", lines[8], want)
+	}
 	for _, l := range lines {
-		if strings.Count(l, "|") != 11 {
+		if strings.Count(l, "|") != 12 {
 			t.Fatalf("row with a wrong column count: %s", l)
 		}
 	}
@@ -184,30 +192,43 @@ func TestWriteDemoTable(t *testing.T) {
 	}
 }
 
-func TestCheckGoalsAtTheHighestRate(t *testing.T) {
-	mk := func(pol string, rate float64, cached int64, p90 time.Duration) *Result {
-		return &Result{Policy: pol, Workload: SharedPrefix, Rate: rate, PromptTokens: 100, CachedTokens: cached, TTFT: []time.Duration{p90}}
+func TestCheckGoalsOfIssue14(t *testing.T) {
+	mk := func(pol, kind string, rate float64, cached int64, p90 time.Duration) *Result {
+		return &Result{Policy: pol, Workload: kind, Rate: rate, Requests: 10, PromptTokens: 100, CachedTokens: cached, TTFT: []time.Duration{p90}}
 	}
+	rejected := mk(PolicyKVRouteTokens, Eviction, 20, 55, 20*time.Millisecond)
+	rejected.Rejected, rejected.Decisions = 3, map[string]int{"prefix/hit": 8, "rejected/no_eligible_replica": 2}
+	upstream503 := mk(PolicyKVRouteTokens, NoSharing, 10, 0, 104*time.Millisecond) // 1.04×: met
+	upstream503.Rejected = 1                                                       // a 503 from the gateway, not kvroute's decision: no goal missed
 	rs := []*Result{
-		mk(PolicyRoundRobin, 10, 10, 50*time.Millisecond), // lower rate: ignored
-		mk(PolicyRoundRobin, 20, 10, 900*time.Millisecond),
-		mk(PolicyApproxPrefix, 20, 80, 30*time.Millisecond),
-		mk(PolicyOracle, 20, 90, 10*time.Millisecond),
-		mk(PolicyKVRouteTokens, 20, 85, 20*time.Millisecond),
-		{Policy: PolicyKVRouteTokens, Workload: NoSharing, Rate: 99}, // other workload: ignored
+		mk(PolicyRoundRobin, NoSharing, 10, 0, 100*time.Millisecond),
+		upstream503,
+		mk(PolicyRoundRobin, NoSharing, 20, 0, 100*time.Millisecond),
+		mk(PolicyKVRouteTokens, NoSharing, 20, 0, 110*time.Millisecond), // 1.10×: not met
+		mk(PolicyApproxPrefix, Eviction, 10, 10, 50*time.Millisecond),   // lower rate: no comparison
+		mk(PolicyKVRouteTokens, Eviction, 10, 15, 50*time.Millisecond),
+		mk(PolicyApproxPrefix, Eviction, 20, 40, 45*time.Millisecond),
+		rejected, // 45/20 = 2.25× met; 55-40 = 15 points met; rejections: not met
+		{Policy: BoundPooled, Workload: Eviction, Rate: 20, Bound: true},
 	}
 	goals := CheckGoals(rs, PolicyKVRouteTokens)
-	if len(goals) != 3 {
-		t.Fatalf("%d goals: %+v", len(goals), goals)
+	var got []string
+	for _, g := range goals {
+		got = append(got, fmt.Sprint(g.Met))
 	}
-	// 85/90 = 94 % ≥ 90 %; 900/20 = 45× ≥ 10×; 30/20 = 1.5× < 2×.
-	if !goals[0].Met || !goals[1].Met || goals[2].Met {
-		t.Fatalf("verdicts %+v", goals)
+	// no-sharing 10 and 20: p90; eviction 20: p90, hit rate; then
+	// rejections per section: no-sharing, eviction.
+	if want := "true false true true true false"; strings.Join(got, " ") != want {
+		t.Fatalf("verdicts %s, want %s: %+v", strings.Join(got, " "), want, goals)
 	}
 	var b bytes.Buffer
 	WriteGoals(&b, PolicyKVRouteTokens, goals)
-	if !strings.Contains(b.String(), "NOT met — 20.0 ms vs 30.0 ms (1.5×)") {
-		t.Fatalf("goals:\n%s", b.String())
+	for _, want := range []string{"no-sharing 20 req/s: TTFT p90 ≤ 1.05× round-robin's: NOT met — 110.0 ms vs 100.0 ms (1.10×)",
+		"eviction, every rate: no request rejected by kvroute: NOT met — 2 of 20 rejected by kvroute (decisions rejected/*); 3 answered 503 in all",
+		"eviction 20 req/s: token hit rate ≥ approx-prefix's + 10 points: met — 55.0 % vs 40.0 % (+15.0 points)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("goals lack %q:\n%s", want, b.String())
+		}
 	}
 	if CheckGoals(rs, PolicyKVRouteEngine) != nil {
 		t.Fatal("goals for a policy that did not run")

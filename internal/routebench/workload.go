@@ -5,7 +5,9 @@ package routebench
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -20,7 +22,22 @@ const (
 	// NoSharing: every prompt unique; the control where routing on prefixes
 	// cannot help and must not hurt.
 	NoSharing = "no-sharing"
+	// Chat: multi-turn sessions sent to /v1/chat/completions as messages (a
+	// system prompt, then alternating user and assistant turns), rendered by
+	// the engines with the model's chat template.
+	Chat = "chat"
+	// Eviction: Groups documents drawn with Zipf popularity (exponent ZipfS),
+	// sized so that together they exceed the fleet's KV several times:
+	// popular documents should stay cached, the tail is evicted and recomputed.
+	Eviction = "eviction"
+	// Tenants: shared documents requested under Tenants cache_salt values and
+	// Adapters LoRA adapter names: the same text, different KV (vLLM puts the
+	// salt in block 0's hash and the adapter name in every block's).
+	Tenants = "tenants"
 )
+
+// Kinds lists every workload kind, in report order.
+var Kinds = []string{SharedPrefix, MultiTurn, NoSharing, Chat, Eviction, Tenants}
 
 // WorkloadParams describe a generated workload; every figure in
 // docs/BENCHMARKS.md names the parameters that produced it.
@@ -34,13 +51,34 @@ type WorkloadParams struct {
 	Requests      int     // requests to generate
 	MaxTokens     int     // output tokens per request
 	Seed          uint64
+	// ZipfS is the eviction workload's popularity exponent: document k (from
+	// 0) is drawn with weight 1/(k+1)^ZipfS (0: uniform).
+	ZipfS float64
+	// Tenants and Adapters (tenants workload): each request picks one of
+	// Tenants cache_salt values or Adapters LoRA adapters, uniformly.
+	Tenants  int
+	Adapters int
+}
+
+// AdapterName is the LoRA adapter name of adapter i, as the emulated engines
+// and kvroute's config list them.
+func AdapterName(i int) string { return fmt.Sprintf("adapter-%d", i) }
+
+// ChatMessage is one message of a chat request.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
 }
 
 // Request is one generated request, sent at At after the run starts.
 type Request struct {
-	At        time.Duration
-	Session   int    // group or session number, for reporting
-	Prompt    string // completion prompt text
+	At      time.Duration
+	Session int    // group or session number, for reporting
+	Prompt  string // completion prompt text ("" for chat requests)
+	// Messages, when set, make this a /v1/chat/completions request.
+	Messages  []ChatMessage
+	Model     string // a LoRA adapter name; "": the base model
+	CacheSalt string // vLLM's cache_salt; "": none
 	MaxTokens int
 }
 
@@ -89,8 +127,60 @@ func Generate(p WorkloadParams) ([]Request, error) {
 			prompt := fmt.Sprintf("Request %d. ", i) + words(rng, p.PrefixWords+p.QuestionWords)
 			out = append(out, Request{At: next(), Session: i, Prompt: prompt, MaxTokens: p.MaxTokens})
 		}
+	case Chat:
+		if p.Groups <= 0 {
+			return nil, fmt.Errorf("routebench: chat needs sessions (groups)")
+		}
+		history := make([][]ChatMessage, p.Groups)
+		for s := range history {
+			history[s] = []ChatMessage{{Role: "system", Content: fmt.Sprintf("Session %d. ", s) + words(rng, p.PrefixWords)}}
+		}
+		for i := 0; i < p.Requests; i++ {
+			s := rng.IntN(p.Groups)
+			if len(history[s]) > 1 {
+				// The previous answer joins the history before the next question.
+				history[s] = append(history[s], ChatMessage{Role: "assistant", Content: words(rng, p.QuestionWords/2+1)})
+			}
+			history[s] = append(history[s], ChatMessage{Role: "user", Content: words(rng, p.QuestionWords) + "?"})
+			out = append(out, Request{At: next(), Session: s, Messages: slices.Clone(history[s]), MaxTokens: p.MaxTokens})
+		}
+	case Eviction:
+		if p.Groups <= 0 || p.ZipfS < 0 {
+			return nil, fmt.Errorf("routebench: eviction needs documents (groups) and a Zipf exponent ≥ 0")
+		}
+		docs := make([]string, p.Groups)
+		for g := range docs {
+			docs[g] = fmt.Sprintf("Document %d. ", g) + words(rng, p.PrefixWords)
+		}
+		pick := zipf(p.Groups, p.ZipfS)
+		for i := 0; i < p.Requests; i++ {
+			g := pick(rng)
+			prompt := docs[g] + "\nQuestion: " + words(rng, p.QuestionWords) + "?"
+			out = append(out, Request{At: next(), Session: g, Prompt: prompt, MaxTokens: p.MaxTokens})
+		}
+	case Tenants:
+		if p.Groups <= 0 || p.Tenants < 0 || p.Adapters < 0 || p.Tenants+p.Adapters == 0 {
+			return nil, fmt.Errorf("routebench: tenants needs documents (groups) and at least one tenant or adapter")
+		}
+		docs := make([]string, p.Groups)
+		for g := range docs {
+			docs[g] = fmt.Sprintf("Document %d. ", g) + words(rng, p.PrefixWords)
+		}
+		for i := 0; i < p.Requests; i++ {
+			g := rng.IntN(p.Groups)
+			v := rng.IntN(p.Tenants + p.Adapters)
+			r := Request{At: next(), Prompt: docs[g] + "\nQuestion: " + words(rng, p.QuestionWords) + "?", MaxTokens: p.MaxTokens}
+			if v < p.Tenants {
+				r.CacheSalt = fmt.Sprintf("tenant-%d", v)
+			} else {
+				r.Model = AdapterName(v - p.Tenants)
+			}
+			// One session per (document, KV namespace): what can share blocks.
+			r.Session = g*(p.Tenants+p.Adapters) + v
+			out = append(out, r)
+		}
 	default:
-		return nil, fmt.Errorf("routebench: unknown workload %q (want %s, %s or %s)", p.Kind, SharedPrefix, MultiTurn, NoSharing)
+		return nil, fmt.Errorf("routebench: unknown workload %q (want one of %s)", p.Kind, strings.Join(Kinds, ", "))
 	}
 	return out, nil
 }
@@ -106,6 +196,22 @@ how too little state good very make world still own see men work long get here b
 life being under never day same another know while last might us great old year off come since
 against go came right used take three cache block token route prefix replica engine request
 model layer memory server queue latency batch prompt decode prefill weight`)
+
+// zipf returns a sampler of 0..n-1 with P(k) ∝ 1/(k+1)^s (any s ≥ 0, unlike
+// math/rand's Zipf, which needs s > 1).
+func zipf(n int, s float64) func(*rand.Rand) int {
+	cum := make([]float64, n)
+	total := 0.0
+	for k := range cum {
+		total += 1 / math.Pow(float64(k+1), s)
+		cum[k] = total
+	}
+	return func(rng *rand.Rand) int {
+		u := rng.Float64() * total
+		k, _ := slices.BinarySearch(cum, u)
+		return min(k, n-1)
+	}
+}
 
 func words(rng *rand.Rand, n int) string {
 	var b strings.Builder

@@ -1,6 +1,7 @@
 package routebench
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -8,8 +9,9 @@ import (
 )
 
 func TestGenerateIsDeterministicPerSeed(t *testing.T) {
-	for _, kind := range []string{SharedPrefix, MultiTurn, NoSharing} {
-		p := WorkloadParams{Kind: kind, Groups: 3, UsersPerGroup: 4, PrefixWords: 30, QuestionWords: 5, Rate: 10, Requests: 25, MaxTokens: 4, Seed: 7}
+	for _, kind := range Kinds {
+		p := WorkloadParams{Kind: kind, Groups: 3, UsersPerGroup: 4, PrefixWords: 30, QuestionWords: 5, Rate: 10, Requests: 25, MaxTokens: 4, Seed: 7,
+			ZipfS: 1, Tenants: 2, Adapters: 2}
 		a, err := Generate(p)
 		if err != nil {
 			t.Fatal(err)
@@ -110,9 +112,115 @@ func TestGenerateRejectsBadParams(t *testing.T) {
 		{Kind: SharedPrefix, Rate: 0, Requests: 1, Groups: 1, UsersPerGroup: 1},
 		{Kind: SharedPrefix, Rate: 1, Requests: 1},
 		{Kind: MultiTurn, Rate: 1, Requests: 1},
+		{Kind: Chat, Rate: 1, Requests: 1},
+		{Kind: Eviction, Rate: 1, Requests: 1, ZipfS: 1},
+		{Kind: Eviction, Rate: 1, Requests: 1, Groups: 2, ZipfS: -1},
+		{Kind: Tenants, Rate: 1, Requests: 1, Groups: 2},
+		{Kind: Tenants, Rate: 1, Requests: 1, Groups: 2, Tenants: -1, Adapters: 2},
 	} {
 		if _, err := Generate(p); err == nil {
 			t.Errorf("%+v accepted", p)
+		}
+	}
+}
+
+func TestChatSessionsGrowAsAlternatingMessages(t *testing.T) {
+	reqs, err := Generate(WorkloadParams{Kind: Chat, Groups: 3, PrefixWords: 10, QuestionWords: 4, Rate: 5, Requests: 40, Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[int][]ChatMessage{}
+	for _, r := range reqs {
+		m := r.Messages
+		if r.Prompt != "" || len(m) == 0 || m[0].Role != "system" || len(strings.Fields(m[0].Content)) != 12 {
+			t.Fatalf("request %+v: want a chat request opening with the session's system message", r)
+		}
+		for i, msg := range m[1:] {
+			want := []string{"user", "assistant"}[i%2]
+			if msg.Role != want {
+				t.Fatalf("message %d is %s, want %s", i+1, msg.Role, want)
+			}
+		}
+		if m[len(m)-1].Role != "user" {
+			t.Fatal("a request must end with the user's turn")
+		}
+		// Each request extends its session's previous one by an answer and a question.
+		if prev, ok := last[r.Session]; ok && (len(m) != len(prev)+2 || !reflect.DeepEqual(m[:len(prev)], prev)) {
+			t.Fatalf("session %d: %d messages after %d, or history rewritten", r.Session, len(m), len(prev))
+		}
+		last[r.Session] = m
+	}
+	if len(last) != 3 {
+		t.Fatalf("%d sessions, want 3", len(last))
+	}
+}
+
+func TestEvictionDocumentsFollowZipf(t *testing.T) {
+	const docs, n = 10, 20000
+	reqs, err := Generate(WorkloadParams{Kind: Eviction, Groups: docs, PrefixWords: 8, QuestionWords: 3, ZipfS: 1, Rate: 50, Requests: n, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := make([]int, docs)
+	text := map[int]string{}
+	for _, r := range reqs {
+		doc, _, _ := strings.Cut(r.Prompt, "\nQuestion: ")
+		if prev, ok := text[r.Session]; ok && prev != doc {
+			t.Fatalf("document %d has two texts", r.Session)
+		}
+		text[r.Session] = doc
+		count[r.Session]++
+	}
+	// P(k) = (1/(k+1)) / H(10), H(10) ≈ 2.929: document 0 ≈ 34.1 %, 1 ≈ 17.1 %,
+	// 9 ≈ 3.4 %; 20,000 draws from a fixed seed hold each within ±1 point.
+	for _, c := range []struct {
+		k    int
+		want float64
+	}{{0, 0.3414}, {1, 0.1707}, {4, 0.0683}, {9, 0.0341}} {
+		if got := float64(count[c.k]) / n; math.Abs(got-c.want) > 0.01 {
+			t.Errorf("document %d drawn %.4f of the time, want %.4f", c.k, got, c.want)
+		}
+	}
+	// Exponent 0 is uniform.
+	reqs, _ = Generate(WorkloadParams{Kind: Eviction, Groups: 4, PrefixWords: 2, ZipfS: 0, Rate: 50, Requests: 8000, Seed: 3})
+	uni := make([]int, 4)
+	for _, r := range reqs {
+		uni[r.Session]++
+	}
+	for k, c := range uni {
+		if c < 1800 || c > 2200 {
+			t.Errorf("uniform: document %d drawn %d of 8000", k, c)
+		}
+	}
+}
+
+func TestTenantsShareTextButNotNamespaces(t *testing.T) {
+	const docs, tenants, adapters = 2, 2, 3
+	reqs, err := Generate(WorkloadParams{Kind: Tenants, Groups: docs, PrefixWords: 20, QuestionWords: 3, Tenants: tenants, Adapters: adapters, Rate: 20, Requests: 600, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spaces := map[string]int{}
+	docText := map[string]bool{}
+	for _, r := range reqs {
+		if (r.CacheSalt == "") == (r.Model == "") {
+			t.Fatalf("request with salt %q and adapter %q: want exactly one", r.CacheSalt, r.Model)
+		}
+		if r.Model != "" && !strings.HasPrefix(r.Model, "adapter-") {
+			t.Fatalf("adapter %q", r.Model)
+		}
+		doc, _, _ := strings.Cut(r.Prompt, "\nQuestion: ")
+		docText[doc] = true
+		spaces[r.CacheSalt+"|"+r.Model]++
+	}
+	// The same two documents under 2 salts + 3 adapters, every namespace used
+	// about equally (600/5 = 120 each).
+	if len(docText) != docs || len(spaces) != tenants+adapters {
+		t.Fatalf("%d document texts, %d namespaces: want %d and %d", len(docText), len(spaces), docs, tenants+adapters)
+	}
+	for ns, c := range spaces {
+		if c < 80 || c > 160 {
+			t.Errorf("namespace %q used %d times of 600", ns, c)
 		}
 	}
 }
