@@ -62,7 +62,9 @@ func (t Tier) String() string {
 type Options struct {
 	// TTL drops entries not refreshed by a Store for this long (default 10m).
 	TTL time.Duration
-	// MaxEntries caps the number of block entries across all pools (default 20M).
+	// MaxEntries caps the entries held across all pools (default 20M):
+	// block entries, speculative entries and aliases kept for the index
+	// (AccountAliases). Enforced per block as entries are added.
 	MaxEntries int
 	// CPUTierWeight is what a CPU-only block counts for in Match.Weighted (default 0.5).
 	CPUTierWeight float64
@@ -88,7 +90,8 @@ type Index struct {
 	ttlTicks    uint32
 	specTicks   uint32
 	maxEntries  int64
-	entries     atomic.Int64 // block entries across all pools
+	entries     atomic.Int64 // counted toward maxEntries: block + speculative entries + aliases
+	aliases     atomic.Int64 // of which aliases (AccountAliases)
 	evictSignal chan struct{}
 	evictMu     sync.Mutex // one eviction pass at a time
 
@@ -241,7 +244,8 @@ func (ix *Index) Entries(pool PoolID) int64 {
 	return p.entries.Load()
 }
 
-// TotalEntries returns the number of block entries across all pools.
+// TotalEntries returns the entries counted toward Options.MaxEntries across
+// all pools: block entries, speculative entries and accounted aliases.
 func (ix *Index) TotalEntries() int64 { return ix.entries.Load() }
 
 // forEachBit calls f for every set bit of s, lowest first.
