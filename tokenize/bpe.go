@@ -187,7 +187,14 @@ type symbol struct {
 	id         int32
 	prev, next int32
 	dead       bool
+	// pairRank and pairID are the merge of this symbol with its successor
+	// (noMerge when there is none), kept by mergeSmall so each pair is
+	// looked up in the merges map once, not once per round.
+	pairRank, pairID int32
 }
+
+// noMerge is the pairRank of a symbol whose pair with its successor has no merge.
+const noMerge = int32(1<<31 - 1)
 
 type mergeItem struct {
 	rank, pos, id int32
@@ -308,23 +315,44 @@ func (b *bpeModel) merge(ids []int, w string, st *scratch) []int {
 }
 
 // mergeSmall finds the best pair by scanning: faster than a heap for the
-// short words that make up nearly all text.
+// short words that make up nearly all text. Each pair's merge is looked up
+// once and cached in its left symbol; a join looks up only the two pairs it
+// changed (the merges map is large, so each lookup is a likely cache miss).
 func (b *bpeModel) mergeSmall(syms []symbol) {
 	if len(syms) < 2 {
 		return
 	}
+	for i := int32(0); syms[i].next >= 0; i = syms[i].next {
+		b.pairOf(syms, i)
+	}
+	syms[len(syms)-1].pairRank = noMerge
 	for {
-		best, bestRank, bestID := int32(-1), int32(1<<31-1), int32(0)
-		for i := int32(0); syms[i].next >= 0; i = syms[i].next {
-			nx := syms[i].next
-			if m, ok := b.merges[pairKey(int(syms[i].id), int(syms[nx].id))]; ok && m.rank < bestRank {
-				best, bestRank, bestID = i, m.rank, m.id
+		best, bestRank := int32(-1), noMerge
+		for i := int32(0); i >= 0; i = syms[i].next {
+			if r := syms[i].pairRank; r < bestRank {
+				best, bestRank = i, r
 			}
 		}
 		if best < 0 {
 			return
 		}
-		b.join(syms, best, bestID)
+		b.join(syms, best, syms[best].pairID)
+		b.pairOf(syms, best)
+		if p := syms[best].prev; p >= 0 {
+			b.pairOf(syms, p)
+		}
+	}
+}
+
+// pairOf caches in syms[i] the merge of symbol i with its successor.
+func (b *bpeModel) pairOf(syms []symbol, i int32) {
+	syms[i].pairRank = noMerge
+	nx := syms[i].next
+	if nx < 0 {
+		return
+	}
+	if m, ok := b.merges[pairKey(int(syms[i].id), int(syms[nx].id))]; ok {
+		syms[i].pairRank, syms[i].pairID = m.rank, m.id
 	}
 }
 
