@@ -125,11 +125,11 @@ func (ix *Index) enforceCap(limit int64) {
 	for _, p := range pools {
 		for i := range p.shards {
 			s := &p.shards[i]
-			s.mu.RLock()
+			s.mu.Lock()
 			for _, e := range s.m {
 				oldest = min(oldest, e.tick())
 			}
-			s.mu.RUnlock()
+			s.mu.Unlock()
 		}
 	}
 	span := uint64(now-oldest) + 1
@@ -139,13 +139,13 @@ func (ix *Index) enforceCap(limit int64) {
 	for _, p := range pools {
 		for i := range p.shards {
 			s := &p.shards[i]
-			s.mu.RLock()
+			s.mu.Lock()
 			for _, e := range s.m {
 				if t := e.tick(); t >= oldest {
 					hist[bucketOf(t)]++
 				}
 			}
-			s.mu.RUnlock()
+			s.mu.Unlock()
 		}
 	}
 	cutoff, sum := 0, int64(0)

@@ -3,7 +3,7 @@
 // blocks, in which tier, and how loaded each replica is.
 //
 // It is pure domain code: block keys are opaque 64-bit values and replicas are
-// small integers. Lookups take shard read locks only; writes touch one shard
+// small integers. Lookups and writes lock one shard per key, briefly; writes touch one shard
 // at a time. Memory is bounded by a TTL on entries not refreshed and a hard cap
 // on entries, least recently refreshed evicted first.
 package index
