@@ -56,7 +56,7 @@ func newMetrics(ix *Index, reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		entries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: metricEntries, Help: "Block entries held across all pools (each entry lists its replicas).",
+			Name: metricEntries, Help: "Entries counted toward index.max_entries across all pools: block entries (each lists its replicas), speculative entries and tokens-mode engine hash aliases.",
 		}, func() float64 { return float64(ix.entries.Load()) })
 		reg.MustRegister(m.stores, m.removes, m.clears, m.evictions, m.lookups, m.lookupDur, entries)
 	}
