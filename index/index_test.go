@@ -441,7 +441,7 @@ func TestMetricsAreRegistered(t *testing.T) {
 		names = append(names, mf.GetName())
 	}
 	joined := strings.Join(names, " ")
-	for _, want := range []string{metricEntries, metricStores, metricLookups, metricLookupDur} {
+	for _, want := range []string{metricEntries, metricAliases, metricStores, metricLookups, metricLookupDur} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("metric %s missing from %s", want, joined)
 		}
