@@ -141,3 +141,45 @@ func TestMapsShrinkAfterMassEviction(t *testing.T) {
 	runtime.KeepAlive(ks)
 	runtime.KeepAlive(f)
 }
+
+// Concurrent writers (one applier per engine rank) each publish their
+// additions at least every writeCommitEvery entries, so together they pass
+// the synchronous-eviction line by at most that many each.
+func TestCapHoldsUnderConcurrentHugeStores(t *testing.T) {
+	const capEntries, writers, each = 10_000, 8, 100_000
+	f := newFixture(t, writers, Options{MaxEntries: capEntries})
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	var sampler, wg sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			peak.Store(max(peak.Load(), f.ix.TotalEntries()))
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}()
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ks := make([]BlockKey, each)
+			for i := range ks {
+				ks[i] = BlockKey(uint64(w*each+i+1) * 0x9E3779B97F4A7C15)
+			}
+			f.ix.Store(f.r[w], ks, TierGPU)
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	sampler.Wait()
+	line := int64(capEntries + capEntries/capSlack)
+	if p := peak.Load(); p > line+writers*writeCommitEvery {
+		t.Fatalf("counted entries reached %d with %d concurrent writers, line %d", p, writers, line)
+	}
+}

@@ -62,12 +62,30 @@ func (ix *Index) syncEvictLine() int64 {
 	return ix.maxEntries + ix.maxEntries/capSlack
 }
 
-// budgetAfterEvict is how many entries a writer may add after enforceCap
-// before checking again. When aliases alone fill the cap, eviction cannot
-// make room; the writer then goes on in steps of 1 % of the cap rather than
-// evicting for every block.
-func (ix *Index) budgetAfterEvict() int64 {
-	return max(ix.syncEvictLine()-ix.entries.Load(), ix.maxEntries/100+1)
+// writeCommitEvery bounds how many entries a writer adds before publishing
+// them to the counted total, so concurrent writers (one per engine rank) pass
+// the synchronous-eviction line by at most this many each.
+const writeCommitEvery = 64
+
+// writeBudget is how many entries a writer may add before publishing them
+// and calling writeBudget again. At the synchronous-eviction line it evicts
+// first; if other writers filled the room again meanwhile, it allows one
+// entry (the next call evicts again). When aliases alone fill the cap,
+// eviction cannot make room; the writer then goes on in steps of 1 % of the
+// cap rather than evicting for every block.
+func (ix *Index) writeBudget() int64 {
+	line := ix.syncEvictLine()
+	if room := line - ix.entries.Load(); room > 0 {
+		return min(room, writeCommitEvery)
+	}
+	ix.enforceCap(ix.maxEntries)
+	if room := line - ix.entries.Load(); room > 0 {
+		return min(room, writeCommitEvery)
+	}
+	if ix.aliases.Load() >= ix.maxEntries-ix.maxEntries/100 {
+		return ix.maxEntries/100 + 1
+	}
+	return 1
 }
 
 // AccountAliases adds delta to the entries counted toward Options.MaxEntries

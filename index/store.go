@@ -97,13 +97,13 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 	var added, newBlocks int64
 	// The cap holds per block, not per call: one event of millions of keys
 	// must not go in whole before eviction runs. budget is how many new
-	// entries fit before the count passes the synchronous-eviction line.
-	budget := ix.syncEvictLine() - ix.entries.Load()
+	// entries this writer adds before publishing them and looking again
+	// (writeBudget).
+	budget := ix.writeBudget()
 	for _, k := range keys {
 		if added >= budget {
 			ix.commitStore(p, rs, &added, &newBlocks)
-			ix.enforceCap(ix.maxEntries)
-			budget = ix.budgetAfterEvict()
+			budget = ix.writeBudget()
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
@@ -289,14 +289,13 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	bit := uint64(1) << r.ID
 	expires := ix.nowTick() + ix.specTicks
 	var added int64
-	budget := ix.syncEvictLine() - ix.entries.Load()
+	budget := ix.writeBudget()
 	for _, k := range keys {
 		if added >= budget {
 			p.specs.Add(added)
 			ix.entries.Add(added)
 			added = 0
-			ix.enforceCap(ix.maxEntries)
-			budget = ix.budgetAfterEvict()
+			budget = ix.writeBudget()
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
