@@ -1,22 +1,35 @@
 package blockhash
 
 import (
-	"encoding/binary"
+	"math/bits"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
 )
 
-// specTokenKeys re-implements the documented version-1 definition plainly, so
-// a change to the optimised code that alters any byte fails here.
+// specTokenKeys re-implements the documented version-2 definition plainly, so
+// a change to the optimised code that alters any step fails here.
 func specTokenKeys(poolSeed string, b int, tokens []uint32, lora, salt string) []uint64 {
-	root := xxhash.Sum64([]byte("kvroute-tokens-v1\x00" + poolSeed))
+	mix := func(a, b uint64) uint64 { hi, lo := bits.Mul64(a, b); return hi ^ lo }
+	root := xxhash.Sum64([]byte("kvroute-tokens-v2\x00" + poolSeed))
 	var keys []uint64
 	parent := root
 	for i := 0; (i+1)*b <= len(tokens); i++ {
-		pre := binary.LittleEndian.AppendUint64(nil, parent)
-		for _, tok := range tokens[i*b : (i+1)*b] {
-			pre = binary.LittleEndian.AppendUint32(pre, tok)
+		block := tokens[i*b : (i+1)*b]
+		var words []uint64
+		for j := 0; j < len(block); j += 2 {
+			w := uint64(block[j])
+			if j+1 < len(block) {
+				w |= uint64(block[j+1]) << 32
+			}
+			words = append(words, w)
+		}
+		if len(words)%2 == 1 {
+			words = append(words, 0)
+		}
+		h := parent ^ tokensC1 ^ uint64(len(block))*tokensC2
+		for j := 0; j < len(words); j += 2 {
+			h = mix(words[j]^tokensC2^h, words[j+1]^tokensC3^h)
 		}
 		var items [][]byte
 		if lora != "" {
@@ -25,15 +38,16 @@ func specTokenKeys(poolSeed string, b int, tokens []uint32, lora, salt string) [
 		if i == 0 && salt != "" {
 			items = append(items, append([]byte{0x60 | byte(len(salt))}, salt...))
 		}
+		var extra []byte
 		if len(items) == 0 {
-			pre = append(pre, 0xf6)
+			extra = []byte{0xf6}
 		} else {
-			pre = append(pre, 0x80|byte(len(items)))
+			extra = []byte{0x80 | byte(len(items))}
 			for _, it := range items {
-				pre = append(pre, it...)
+				extra = append(extra, it...)
 			}
 		}
-		parent = xxhash.Sum64(pre)
+		parent = mix(h^tokensC4, xxhash.Sum64(extra)^tokensC1)
 		keys = append(keys, parent)
 	}
 	return keys
@@ -65,8 +79,9 @@ func TestTokenKeysFollowTheirDefinition(t *testing.T) {
 	}
 }
 
-// TestTokenKeysAreStable pins two values of the version-1 scheme (recorded
-// when it was defined): keys written by one kvroute version must be found by
+// TestTokenKeysAreStable pins two values of the version-2 scheme (recorded
+// when it was defined, replacing version 1's 0xf95453b2e58ee9da,
+// 0x50e13185b285dcaf): keys written by one kvroute version must be found by
 // the next, so this test failing means a breaking change.
 func TestTokenKeysAreStable(t *testing.T) {
 	k, _ := NewTokenKeyer("qwen3", 4)
@@ -74,8 +89,32 @@ func TestTokenKeysAreStable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []uint64{0xf95453b2e58ee9da, 0x50e13185b285dcaf}; len(keys) != 2 || keys[0] != want[0] || keys[1] != want[1] {
+	if want := []uint64{0x4439e36e8342d7b7, 0xd36c2756c3bf3357}; len(keys) != 2 || keys[0] != want[0] || keys[1] != want[1] {
 		t.Fatalf("keys %#x, want %#x", keys, want)
+	}
+}
+
+// Block sizes that are not a multiple of 4 end on a partial word pair.
+func TestTokenKeysFollowTheirDefinitionOddBlockSizes(t *testing.T) {
+	tokens := make([]uint32, 60)
+	for i := range tokens {
+		tokens[i] = uint32(i*104729) % 151936
+	}
+	for _, b := range []int{1, 2, 3, 5, 6, 7} {
+		k, _ := NewTokenKeyer("pool-b", b)
+		got, err := AppendKeys(k, nil, k.Root(), tokens, RequestKeys{LoRAName: "l"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := specTokenKeys("pool-b", b, tokens, "l", "")
+		if len(got) != len(want) {
+			t.Fatalf("block size %d: %d keys, want %d", b, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("block size %d block %d: %x, want %x", b, i, got[i], want[i])
+			}
+		}
 	}
 }
 

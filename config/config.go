@@ -52,8 +52,9 @@ type Log struct {
 type Index struct {
 	// TTL drops (block, replica) entries not refreshed by an event for this long.
 	TTL Duration `yaml:"ttl"`
-	// MaxEntries is the hard cap on block entries across all pools; the least
-	// recently refreshed are evicted first.
+	// MaxEntries is the hard cap on entries across all pools (block entries,
+	// speculative entries, tokens-mode engine hash aliases; see index.Options);
+	// the least recently refreshed blocks are evicted first.
 	MaxEntries int `yaml:"max_entries"`
 	// CPUTierWeight is what a block held only in CPU offload counts for,
 	// relative to a GPU-resident block (0..1).

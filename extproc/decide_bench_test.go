@@ -182,3 +182,72 @@ func BenchmarkDecide_Chat8k(b *testing.B) { benchDecide(b, 8000) }
 
 // BenchmarkDecide_Chat100k: target p50 ≤ 25 ms.
 func BenchmarkDecide_Chat100k(b *testing.B) { benchDecide(b, 100000) }
+
+// syllables build the never-seen words of the cold benchmarks.
+var syllables = strings.Fields(`ka lo mi ne su ta ri vo pe zu ga hi jo ke la mu no pi qu re si to
+va we xi yo za bar cel dun fim gor hest jul kran lomp mirt nosk palt quen rusk sarn telp
+umb vask wirl yomp zent brel crom dwin flak grum hirl jask klet`)
+
+// coldProse is prose of made-up words (2–4 syllables from a space of ~9M),
+// so a tokenizer's word cache almost never has them.
+func coldProse(seed uint64, words int) string {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	var b strings.Builder
+	for i := 0; i < words; i++ {
+		for range 2 + rng.IntN(3) {
+			b.WriteString(syllables[rng.IntN(len(syllables))])
+		}
+		if i%12 == 11 {
+			b.WriteString(". ")
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// benchDecideCold is benchDecide with every request new throughout: a system
+// prompt never seen (the segment cache misses) made of words never seen (the
+// word cache misses, BPE runs on every word), no prefix held anywhere. Bodies
+// are built outside the timer.
+func benchDecideCold(b *testing.B, tokens int) {
+	w := newChatWorkload(b, tokens)
+	// Made-up words cost Qwen3 about 4 tokens each.
+	sysWords, userWords := tokens*3/4/4, tokens/4/4
+	var lat []time.Duration
+	var prompt int
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		body := fmt.Appendf(nil, `{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`,
+			coldProse(uint64(2*i+100), sysWords), coldProse(uint64(2*i+101), userWords))
+		b.StartTimer()
+		t0 := time.Now()
+		d := w.router.Decide("/v1/chat/completions", body, nil)
+		w.router.Begin(&d)
+		w.router.End(&d)
+		lat = append(lat, time.Since(t0))
+		if d.Endpoint == nil {
+			b.Fatalf("decision %+v", d)
+		}
+		prompt = d.PromptTokens
+	}
+	b.StopTimer()
+	if prompt < tokens*8/10 || prompt > tokens*12/10 {
+		b.Fatalf("cold workload has %d tokens, want about %d", prompt, tokens)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(prompt), "prompt-tokens")
+}
+
+// BenchmarkDecide_Chat2kCold: 2k tokens, nothing cached (report).
+func BenchmarkDecide_Chat2kCold(b *testing.B) { benchDecideCold(b, 2000) }
+
+// BenchmarkDecide_Chat8kCold: target p50 ≤ 1 ms (issue 18).
+func BenchmarkDecide_Chat8kCold(b *testing.B) { benchDecideCold(b, 8000) }
+
+// BenchmarkDecide_Chat100kCold: 100k tokens, nothing cached (report).
+func BenchmarkDecide_Chat100kCold(b *testing.B) { benchDecideCold(b, 100000) }

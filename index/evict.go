@@ -2,7 +2,11 @@ package index
 
 // Eviction keeps the index bounded two ways: SweepExpired drops entries not
 // refreshed within the TTL, and enforceCap drops the least recently refreshed
-// entries when the entry count passes Options.MaxEntries.
+// entries when the counted total passes Options.MaxEntries. The counted total
+// (Index.entries) is block entries + speculative entries + aliases held for
+// the index outside it (AccountAliases); only block and speculative entries
+// can be evicted here, so aliases make block entries go sooner. Maps that
+// eviction left far below their peak are rebuilt (shard.shrinkLocked).
 
 // capSlack lets the count pass the cap by 1/capSlack before a writer evicts
 // synchronously; below that, the Run goroutine evicts in the background.
@@ -23,25 +27,85 @@ func (ix *Index) SweepExpired() {
 					dropped++
 				}
 			}
-			for k, se := range s.spec {
-				if se.expires < now {
-					delete(s.spec, k)
-				}
-			}
 			s.mu.Unlock()
 		}
 		p.entries.Add(-dropped)
 		ix.entries.Add(-dropped)
 		p.m.evictedTTL.Add(float64(dropped))
+		ix.sweepSpeculative(p, now, false)
 	}
 }
+
+// sweepSpeculative drops a pool's speculative entries that expired before
+// now (all of them when all is set) and shrinks the shards' maps.
+func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {
+	var dropped int64
+	for i := range p.shards {
+		s := &p.shards[i]
+		s.mu.Lock()
+		for k, se := range s.spec {
+			if all || se.expires < now {
+				delete(s.spec, k)
+				dropped++
+			}
+		}
+		s.shrinkLocked()
+		s.mu.Unlock()
+	}
+	p.specs.Add(-dropped)
+	ix.entries.Add(-dropped)
+}
+
+// syncEvictLine is the counted total past which a writer evicts before
+// going on.
+func (ix *Index) syncEvictLine() int64 {
+	return ix.maxEntries + ix.maxEntries/capSlack
+}
+
+// writeCommitEvery bounds how many entries a writer adds before publishing
+// them to the counted total, so concurrent writers (one per engine rank) pass
+// the synchronous-eviction line by at most this many each.
+const writeCommitEvery = 64
+
+// writeBudget is how many entries a writer may add before publishing them
+// and calling writeBudget again. At the synchronous-eviction line it evicts
+// first; if other writers filled the room again meanwhile, it allows one
+// entry (the next call evicts again). When aliases alone fill the cap,
+// eviction cannot make room; the writer then goes on in steps of 1 % of the
+// cap rather than evicting for every block.
+func (ix *Index) writeBudget() int64 {
+	line := ix.syncEvictLine()
+	if room := line - ix.entries.Load(); room > 0 {
+		return min(room, writeCommitEvery)
+	}
+	ix.enforceCap(ix.maxEntries)
+	if room := line - ix.entries.Load(); room > 0 {
+		return min(room, writeCommitEvery)
+	}
+	if ix.aliases.Load() >= ix.maxEntries-ix.maxEntries/100 {
+		return ix.maxEntries/100 + 1
+	}
+	return 1
+}
+
+// AccountAliases adds delta to the entries counted toward Options.MaxEntries
+// for aliases kept on the index's behalf outside it: ingest's engine hash →
+// block key maps in keys: tokens mode, one per (block, replica). When the
+// total passes the cap, block entries are evicted to make room.
+func (ix *Index) AccountAliases(delta int64) {
+	ix.aliases.Add(delta)
+	ix.checkCap(ix.entries.Add(delta))
+}
+
+// MaxEntries is the cap on counted entries (Options.MaxEntries).
+func (ix *Index) MaxEntries() int64 { return ix.maxEntries }
 
 // checkCap reacts to a write that left total entries in the index.
 func (ix *Index) checkCap(total int64) {
 	if total <= ix.maxEntries {
 		return
 	}
-	if total > ix.maxEntries+ix.maxEntries/capSlack {
+	if total > ix.syncEvictLine() {
 		ix.enforceCap(ix.maxEntries)
 		return
 	}
@@ -61,24 +125,29 @@ func (ix *Index) enforceCap(limit int64) {
 	}
 	ix.evictMu.Lock()
 	defer ix.evictMu.Unlock()
-	excess := ix.entries.Load() - (limit - limit/100)
+	target := limit - limit/100
+	pools := *ix.pools.Load()
+	now := ix.nowTick()
+	// Expired speculative entries go first; they no longer count for routing.
+	for _, p := range pools {
+		ix.sweepSpeculative(p, now, false)
+	}
+	excess := ix.entries.Load() - target
 	if excess <= 0 {
 		return
 	}
-	pools := *ix.pools.Load()
 	// Pass 1: how many entries were last refreshed at each tick age.
-	now := ix.nowTick()
 	const buckets = 4096
 	var hist [buckets]int64
 	var oldest uint32 = now
 	for _, p := range pools {
 		for i := range p.shards {
 			s := &p.shards[i]
-			s.mu.RLock()
+			s.mu.Lock()
 			for _, e := range s.m {
 				oldest = min(oldest, e.tick())
 			}
-			s.mu.RUnlock()
+			s.mu.Unlock()
 		}
 	}
 	span := uint64(now-oldest) + 1
@@ -88,13 +157,13 @@ func (ix *Index) enforceCap(limit int64) {
 	for _, p := range pools {
 		for i := range p.shards {
 			s := &p.shards[i]
-			s.mu.RLock()
+			s.mu.Lock()
 			for _, e := range s.m {
 				if t := e.tick(); t >= oldest {
 					hist[bucketOf(t)]++
 				}
 			}
-			s.mu.RUnlock()
+			s.mu.Unlock()
 		}
 	}
 	cutoff, sum := 0, int64(0)
@@ -108,6 +177,13 @@ func (ix *Index) enforceCap(limit int64) {
 	// itself until enough are gone.
 	left := ix.evictWhere(pools, excess, func(b int) bool { return b < cutoff }, bucketOf, oldest)
 	ix.evictWhere(pools, left, func(b int) bool { return b == cutoff }, bucketOf, oldest)
+	// Live speculative entries go only when block entries alone could not
+	// make room (a flood of routed requests, or aliases filling the cap).
+	if ix.entries.Load() > target {
+		for _, p := range pools {
+			ix.sweepSpeculative(p, now, true)
+		}
+	}
 }
 
 // evictWhere deletes up to limit entries whose refresh bucket satisfies pick
@@ -131,6 +207,7 @@ func (ix *Index) evictWhere(pools []*pool, limit int64, pick func(int) bool, buc
 					limit--
 				}
 			}
+			s.shrinkLocked()
 			s.mu.Unlock()
 		}
 		p.entries.Add(-dropped)

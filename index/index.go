@@ -3,7 +3,7 @@
 // blocks, in which tier, and how loaded each replica is.
 //
 // It is pure domain code: block keys are opaque 64-bit values and replicas are
-// small integers. Lookups take shard read locks only; writes touch one shard
+// small integers. Lookups and writes lock one shard per key, briefly; writes touch one shard
 // at a time. Memory is bounded by a TTL on entries not refreshed and a hard cap
 // on entries, least recently refreshed evicted first.
 package index
@@ -63,7 +63,9 @@ func (t Tier) String() string {
 type Options struct {
 	// TTL drops entries not refreshed by a Store for this long; must be positive.
 	TTL time.Duration
-	// MaxEntries caps the number of block entries across all pools; must be positive.
+	// MaxEntries caps the entries held across all pools; must be positive:
+	// block entries, speculative entries and aliases kept for the index
+	// (AccountAliases). Enforced per block as entries are added.
 	MaxEntries int
 	// CPUTierWeight is what a CPU-only block counts for in Match.Weighted (0..1).
 	CPUTierWeight float64
@@ -89,7 +91,8 @@ type Index struct {
 	ttlTicks    uint32
 	specTicks   uint32
 	maxEntries  int64
-	entries     atomic.Int64 // block entries across all pools
+	entries     atomic.Int64 // counted toward maxEntries: block + speculative entries + aliases
+	aliases     atomic.Int64 // of which aliases (AccountAliases)
 	evictSignal chan struct{}
 	evictMu     sync.Mutex // one eviction pass at a time
 
@@ -246,7 +249,8 @@ func (ix *Index) Entries(pool PoolID) int64 {
 	return p.entries.Load()
 }
 
-// TotalEntries returns the number of block entries across all pools.
+// TotalEntries returns the entries counted toward Options.MaxEntries across
+// all pools: block entries, speculative entries and accounted aliases.
 func (ix *Index) TotalEntries() int64 { return ix.entries.Load() }
 
 // forEachBit calls f for every set bit of s, lowest first.

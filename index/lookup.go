@@ -81,7 +81,7 @@ func (ix *Index) LookupRoute(pool PoolID, keys []BlockKey, dst []Match) []Match 
 // those, who holds it only in the CPU tier.
 func (p *pool) holders(k BlockKey, now, ttl uint32) (held, cpuOnly uint64) {
 	s := p.shardOf(k)
-	s.mu.RLock()
+	s.mu.Lock()
 	e, ok := s.m[k]
 	if ok && now-e.tick() <= ttl {
 		held = e.held
@@ -96,6 +96,6 @@ func (p *pool) holders(k BlockKey, now, ttl uint32) (held, cpuOnly uint64) {
 			cpuOnly &^= se.held
 		}
 	}
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	return held, cpuOnly
 }

@@ -9,6 +9,7 @@ import (
 // Metric names, the index's part of kvroute's wire contract.
 const (
 	metricEntries   = "kvroute_index_entries"
+	metricAliases   = "kvroute_index_aliases"
 	metricStores    = "kvroute_index_block_stores_total"
 	metricRemoves   = "kvroute_index_block_removes_total"
 	metricClears    = "kvroute_index_clears_total"
@@ -56,9 +57,12 @@ func newMetrics(ix *Index, reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		entries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: metricEntries, Help: "Block entries held across all pools (each entry lists its replicas).",
+			Name: metricEntries, Help: "Entries counted toward index.max_entries across all pools: block entries (each lists its replicas), speculative entries and tokens-mode engine hash aliases.",
 		}, func() float64 { return float64(ix.entries.Load()) })
-		reg.MustRegister(m.stores, m.removes, m.clears, m.evictions, m.lookups, m.lookupDur, entries)
+		aliases := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricAliases, Help: "Of " + metricEntries + ", the engine hash → block key aliases ingest keeps in keys: tokens mode.",
+		}, func() float64 { return float64(ix.aliases.Load()) })
+		reg.MustRegister(m.stores, m.removes, m.clears, m.evictions, m.lookups, m.lookupDur, entries, aliases)
 	}
 	return m
 }

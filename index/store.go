@@ -32,17 +32,27 @@ type specEntry struct {
 	expires uint32 // tick after which it no longer counts
 }
 
+// shard is one slice of a pool's keys behind one lock. The lock is a plain
+// Mutex, not an RWMutex: a key's critical section is a map access or two, so
+// readers rarely meet on one of 64 shards, and a Mutex costs a writer two
+// atomic operations per key where an RWMutex costs four (lock and unlock
+// were the second-largest item of Store's CPU profile after map probing).
 type shard struct {
-	mu    sync.RWMutex
+	mu    sync.Mutex
 	m     map[BlockKey]entry
 	tiers map[BlockKey]tierSets
 	spec  map[BlockKey]specEntry
+	// peak is the most entries m held since it was last built: Go maps never
+	// give back their tables, so a map far emptier than its peak is rebuilt
+	// (shrinkLocked) after evictions.
+	peak, specPeak int
 }
 
 type pool struct {
 	name       string
 	shards     [numShards]shard
-	entries    atomic.Int64
+	entries    atomic.Int64 // block entries (shard.m)
+	specs      atomic.Int64 // speculative entries (shard.spec)
 	replicasMu sync.Mutex
 	replicas   [MaxReplicas]atomic.Pointer[replicaState]
 	m          *poolMetrics
@@ -85,7 +95,16 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 	bit := uint64(1) << r.ID
 	now := ix.nowTick()
 	var added, newBlocks int64
+	// The cap holds per block, not per call: one event of millions of keys
+	// must not go in whole before eviction runs. budget is how many new
+	// entries this writer adds before publishing them and looking again
+	// (writeBudget).
+	budget := ix.writeBudget()
 	for _, k := range keys {
+		if added >= budget {
+			ix.commitStore(p, rs, &added, &newBlocks)
+			budget = ix.writeBudget()
+		}
 		s := p.shardOf(k)
 		s.mu.Lock()
 		e, ok := s.m[k]
@@ -121,13 +140,24 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 			e.seen |= cpuFlag
 		}
 		s.m[k] = e
+		if n := len(s.m); n > s.peak {
+			s.peak = n
+		}
 		s.mu.Unlock()
 	}
-	rs.blocks.Add(newBlocks)
-	p.entries.Add(added)
-	total := ix.entries.Add(added)
+	total := ix.commitStore(p, rs, &added, &newBlocks)
 	p.m.stores.Add(float64(len(keys)))
 	ix.checkCap(total)
+}
+
+// commitStore publishes a Store's counts so far, zeroes them and returns the
+// index's counted total.
+func (ix *Index) commitStore(p *pool, rs *replicaState, added, newBlocks *int64) int64 {
+	rs.blocks.Add(*newBlocks)
+	p.entries.Add(*added)
+	total := ix.entries.Add(*added)
+	*added, *newBlocks = 0, 0
+	return total
 }
 
 // Remove records that r no longer holds keys in tier. Removing what is not
@@ -195,7 +225,7 @@ func (ix *Index) Clear(r Replica) {
 		return
 	}
 	bit := uint64(1) << r.ID
-	var dropped int64
+	var dropped, specDropped int64
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
@@ -228,25 +258,29 @@ func (ix *Index) Clear(r Replica) {
 				se.held &^= bit
 				if se.held == 0 {
 					delete(s.spec, k)
+					specDropped++
 				} else {
 					s.spec[k] = se
 				}
 			}
 		}
+		s.shrinkLocked()
 		s.mu.Unlock()
 	}
 	if rs := p.replica(r.ID); rs != nil {
 		rs.blocks.Store(0)
 	}
 	p.entries.Add(-dropped)
-	ix.entries.Add(-dropped)
+	p.specs.Add(-specDropped)
+	ix.entries.Add(-dropped - specDropped)
 	p.m.clears.Inc()
 }
 
 // StoreSpeculative records that r is about to hold keys because the router
 // just sent it a request with them; they count (as GPU blocks) until
 // Options.SpeculativeTTL passes, so a burst with one new prefix neither herds
-// nor scatters before the engine's events arrive. With a SpeculativeTTL of 0
+// nor scatters before the engine's events arrive. Speculative entries count
+// toward Options.MaxEntries like block entries. With a SpeculativeTTL of 0
 // it does nothing.
 func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	p := ix.pool(r.Pool)
@@ -255,18 +289,34 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	}
 	bit := uint64(1) << r.ID
 	expires := ix.nowTick() + ix.specTicks
+	var added int64
+	budget := ix.writeBudget()
 	for _, k := range keys {
+		if added >= budget {
+			p.specs.Add(added)
+			ix.entries.Add(added)
+			added = 0
+			budget = ix.writeBudget()
+		}
 		s := p.shardOf(k)
 		s.mu.Lock()
-		se := s.spec[k]
+		se, ok := s.spec[k]
+		if !ok {
+			added++
+		}
 		if se.expires < expires-ix.specTicks {
 			se.held = 0 // stale leftovers
 		}
 		se.held |= bit
 		se.expires = expires
 		s.spec[k] = se
+		if n := len(s.spec); n > s.specPeak {
+			s.specPeak = n
+		}
 		s.mu.Unlock()
 	}
+	p.specs.Add(added)
+	ix.checkCap(ix.entries.Add(added))
 }
 
 // dropLocked deletes an entry, fixing the counters of its holders. The shard
@@ -279,4 +329,32 @@ func (s *shard) dropLocked(p *pool, k BlockKey, e entry) {
 	})
 	delete(s.m, k)
 	delete(s.tiers, k)
+}
+
+// shrinkMin is the smallest peak worth rebuilding a map for.
+const shrinkMin = 4096
+
+// shrinkLocked rebuilds the shard's maps when they hold under a quarter of
+// their peak, so memory taken by a burst (or a replica now cleared) goes back
+// to the runtime. The shard lock is held; the copy costs O(len).
+func (s *shard) shrinkLocked() {
+	if s.peak >= shrinkMin && len(s.m) < s.peak/4 {
+		m := make(map[BlockKey]entry, len(s.m))
+		for k, e := range s.m {
+			m[k] = e
+		}
+		s.m, s.peak = m, len(m)
+		t := make(map[BlockKey]tierSets, len(s.tiers))
+		for k, ts := range s.tiers {
+			t[k] = ts
+		}
+		s.tiers = t
+	}
+	if s.specPeak >= shrinkMin && len(s.spec) < s.specPeak/4 {
+		m := make(map[BlockKey]specEntry, len(s.spec))
+		for k, se := range s.spec {
+			m[k] = se
+		}
+		s.spec, s.specPeak = m, len(m)
+	}
 }

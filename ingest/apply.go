@@ -109,6 +109,7 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 		for i, h := range ev.BlockHashes {
 			k, err := blockhash.BlockKey(keyer, parent, ev.TokenIDs[i*bs:(i+1)*bs], blockExtra(ev, i, extraBuf[:0]))
 			if err != nil {
+				rs.keys.sync()
 				rs.met.skipTok.Inc()
 				return
 			}
@@ -116,6 +117,7 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 			keys = append(keys, index.BlockKey(k))
 			parent = k
 		}
+		rs.keys.sync()
 	}
 	rs.keysBuf = keys
 	rs.mgr.ix.Store(rs.r, keys, tierOf(ev))
@@ -172,6 +174,9 @@ func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 		keys = append(keys, index.BlockKey(k))
 	}
 	rs.keysBuf = keys
+	if !engine {
+		rs.keys.sync() // get may have moved entries between generations
+	}
 	rs.mgr.ix.Remove(rs.r, keys, tierOf(ev))
 	rs.met.removed.Inc()
 	rs.met.blocksRemoved.Add(float64(len(keys)))

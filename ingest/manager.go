@@ -157,7 +157,7 @@ func (m *Manager) newRank(ps *poolState, rc *config.Replica, rank int, r index.R
 		dec:   vllmevent.NewDecoder(),
 	}
 	rs.met = m.m.forRank(ps.cfg.Name, rs.name)
-	rs.keys = newKeyMap(m.tuning.keyMapCap)
+	rs.keys = newKeyMap(min(m.tuning.keyMapCap, int(m.ix.MaxEntries())), m.ix.AccountAliases)
 	var err error
 	if rc.Events != "" && m.cfg.Ingest.Bind == "" {
 		if rs.events, err = offsetEndpoint(rc.Events, rank); err != nil {

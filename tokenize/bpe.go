@@ -187,7 +187,14 @@ type symbol struct {
 	id         int32
 	prev, next int32
 	dead       bool
+	// pairRank and pairID are the merge of this symbol with its successor
+	// (noMerge when there is none), kept by mergeSmall so each pair is
+	// looked up in the merges map once, not once per round.
+	pairRank, pairID int32
 }
+
+// noMerge is the pairRank of a symbol whose pair with its successor has no merge.
+const noMerge = int32(1<<31 - 1)
 
 type mergeItem struct {
 	rank, pos, id int32
@@ -296,7 +303,7 @@ func (b *bpeModel) merge(ids []int, w string, st *scratch) []int {
 		syms[n-1].next = -1
 	}
 	if n <= 48 {
-		b.mergeSmall(syms)
+		b.mergeSmall(syms, st.pairCacheFor(b))
 	} else {
 		b.mergeHeap(syms, st)
 	}
@@ -308,23 +315,44 @@ func (b *bpeModel) merge(ids []int, w string, st *scratch) []int {
 }
 
 // mergeSmall finds the best pair by scanning: faster than a heap for the
-// short words that make up nearly all text.
-func (b *bpeModel) mergeSmall(syms []symbol) {
+// short words that make up nearly all text. Each pair's merge is looked up
+// once and cached in its left symbol; a join looks up only the two pairs it
+// changed (the merges map is large, so each lookup is a likely cache miss).
+func (b *bpeModel) mergeSmall(syms []symbol, pc *pairCache) {
 	if len(syms) < 2 {
 		return
 	}
+	for i := int32(0); syms[i].next >= 0; i = syms[i].next {
+		b.pairOf(syms, i, pc)
+	}
+	syms[len(syms)-1].pairRank = noMerge
 	for {
-		best, bestRank, bestID := int32(-1), int32(1<<31-1), int32(0)
-		for i := int32(0); syms[i].next >= 0; i = syms[i].next {
-			nx := syms[i].next
-			if m, ok := b.merges[pairKey(int(syms[i].id), int(syms[nx].id))]; ok && m.rank < bestRank {
-				best, bestRank, bestID = i, m.rank, m.id
+		best, bestRank := int32(-1), noMerge
+		for i := int32(0); i >= 0; i = syms[i].next {
+			if r := syms[i].pairRank; r < bestRank {
+				best, bestRank = i, r
 			}
 		}
 		if best < 0 {
 			return
 		}
-		b.join(syms, best, bestID)
+		b.join(syms, best, syms[best].pairID)
+		b.pairOf(syms, best, pc)
+		if p := syms[best].prev; p >= 0 {
+			b.pairOf(syms, p, pc)
+		}
+	}
+}
+
+// pairOf caches in syms[i] the merge of symbol i with its successor.
+func (b *bpeModel) pairOf(syms []symbol, i int32, pc *pairCache) {
+	syms[i].pairRank = noMerge
+	nx := syms[i].next
+	if nx < 0 {
+		return
+	}
+	if m, ok := b.mergeOf(pc, syms[i].id, syms[nx].id); ok {
+		syms[i].pairRank, syms[i].pairID = m.rank, m.id
 	}
 }
 
@@ -418,6 +446,58 @@ type scratch struct {
 	spans      []span
 	syms       []symbol
 	heap       []mergeItem
+	pairs      *pairCache // lazily allocated; see pairCacheFor
+}
+
+// pairCacheBits sizes pairCache: 2^11 slots of 16 bytes (32 KiB) stay in the
+// CPU cache, where the merges map (~150k entries) does not.
+const pairCacheBits = 11
+
+// pairCache is a direct-mapped cache of merges-map answers (hits and misses)
+// in front of one model's merges map. Words share most of their pairs, so
+// BPE on words the word cache has not seen mostly hits here instead of
+// missing the CPU cache on the map. It is exact: a slot holds its full key.
+type pairCache struct {
+	owner *bpeModel
+	slots [1 << pairCacheBits]pairSlot
+}
+
+type pairSlot struct {
+	key      uint64 // pairKey, or noPair when empty
+	rank, id int32  // rank noMerge: the pair has no merge
+}
+
+// noPair is no pairKey of two token ids (ids are below 2^31).
+const noPair = ^uint64(0)
+
+// pairCacheFor returns the scratch's pair cache, emptied when it last served
+// another model (the scratch pool is shared by every tokenizer).
+func (st *scratch) pairCacheFor(b *bpeModel) *pairCache {
+	if st.pairs == nil {
+		st.pairs = new(pairCache)
+	}
+	if pc := st.pairs; pc.owner != b {
+		pc.owner = b
+		for i := range pc.slots {
+			pc.slots[i] = pairSlot{key: noPair}
+		}
+	}
+	return st.pairs
+}
+
+// mergeOf is b.merges[pairKey(a, c)] through the pair cache.
+func (b *bpeModel) mergeOf(pc *pairCache, a, c int32) (mergeTarget, bool) {
+	k := pairKey(int(a), int(c))
+	sl := &pc.slots[(k*0x9E3779B97F4A7C15)>>(64-pairCacheBits)]
+	if sl.key == k {
+		return mergeTarget{sl.rank, sl.id}, sl.rank != noMerge
+	}
+	m, ok := b.merges[k]
+	if !ok {
+		m = mergeTarget{rank: noMerge}
+	}
+	*sl = pairSlot{key: k, rank: m.rank, id: m.id}
+	return m, ok
 }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}

@@ -276,7 +276,7 @@ func TestLongWordsUseTheHeapMerge(t *testing.T) {
 			}
 			s[len(s)-1].next = -1
 		}
-		tok.model.mergeSmall(small)
+		tok.model.mergeSmall(small, st.pairCacheFor(tok.model))
 		tok.model.mergeHeap(heap, st)
 		putScratch(st)
 		ids := func(s []symbol) (out []int32) {
@@ -311,4 +311,29 @@ func FuzzParse(f *testing.F) {
 		tok.Encode(string(tokJSON[:min(len(tokJSON), 64)]), false)
 		_, _ = tok.Config().ChatTemplates()
 	})
+}
+
+// The scratch pool is shared by every tokenizer: a pair cache filled for one
+// model must not answer for another.
+func TestPairCacheIsPerModel(t *testing.T) {
+	a := loadTokenizer(t, "qwen3", true)
+	b := loadTokenizer(t, "llama3_1", true)
+	st := getScratch()
+	defer putScratch(st)
+	pa := st.pairCacheFor(a.model)
+	for k := range a.model.merges {
+		a.model.mergeOf(pa, int32(k>>32), int32(uint32(k)))
+	}
+	pb := st.pairCacheFor(b.model)
+	for k, want := range b.model.merges {
+		if got, ok := b.model.mergeOf(pb, int32(k>>32), int32(uint32(k))); !ok || got != want {
+			t.Fatalf("pair %x: %+v %v, want %+v", k, got, ok, want)
+		}
+	}
+	for k := range a.model.merges {
+		_, inB := b.model.merges[k]
+		if _, ok := b.model.mergeOf(pb, int32(k>>32), int32(uint32(k))); ok != inB {
+			t.Fatalf("pair %x: cache says %v for llama, its map %v", k, ok, inB)
+		}
+	}
 }
