@@ -120,6 +120,9 @@ type Ingest struct {
 	ScrapeInterval Duration `yaml:"scrape_interval"`
 	// ScrapeTimeout bounds one /metrics request.
 	ScrapeTimeout Duration `yaml:"scrape_timeout"`
+	// HealthInterval is how often each replica's /health is probed (a
+	// liveness check much cheaper than a scrape); 0 disables.
+	HealthInterval Duration `yaml:"health_interval"`
 	// MaxMessageBytes bounds one ZeroMQ message (and so each of its frames)
 	// on every ingest socket; a peer announcing more is disconnected before
 	// anything is allocated.

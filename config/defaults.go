@@ -29,8 +29,11 @@ const (
 	DefaultReconnectMaxBackoff = 30 * time.Second
 	DefaultScrapeInterval      = time.Second
 	DefaultScrapeTimeout       = 2 * time.Second
-	DefaultHashAlgorithm       = "sha256"
-	DefaultDataParallelSize    = 1
+	// DefaultHealthInterval: a frozen engine is unroutable within one
+	// interval plus the 300 ms an unanswered probe is given (issue 15: 0.5 s).
+	DefaultHealthInterval   = 100 * time.Millisecond
+	DefaultHashAlgorithm    = "sha256"
+	DefaultDataParallelSize = 1
 	// DefaultMaxMessageBytes: vLLM publishes one batch per scheduler step. A
 	// 1M-token prefill at block size 16 stores ≈ 5.9 MB (5-byte token ids,
 	// 9-byte hashes) and may evict as many blocks, ≈ 4.2 MB of one-hash
@@ -67,6 +70,7 @@ func Default() Config {
 			ReconnectMaxBackoff: Duration(DefaultReconnectMaxBackoff),
 			ScrapeInterval:      Duration(DefaultScrapeInterval),
 			ScrapeTimeout:       Duration(DefaultScrapeTimeout),
+			HealthInterval:      Duration(DefaultHealthInterval),
 			MaxMessageBytes:     DefaultMaxMessageBytes,
 		},
 	}

@@ -78,6 +78,9 @@ func (c *Config) Validate() error {
 	if c.Ingest.ScrapeTimeout <= 0 {
 		v.fail("ingest.scrape_timeout", "%s must be positive", c.Ingest.ScrapeTimeout)
 	}
+	if c.Ingest.HealthInterval < 0 {
+		v.fail("ingest.health_interval", "%s must not be negative", c.Ingest.HealthInterval)
+	}
 	if len(c.Pools) == 0 {
 		v.fail("pools", "at least one pool is needed")
 	}

@@ -126,16 +126,20 @@ func BenchmarkUnroutableAfterStreamEnd(b *testing.B) {
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-unroutable")
 }
 
-// BenchmarkUnroutableAfterFreeze measures how long a replica whose /metrics
-// stops answering (a SIGSTOPped engine) stays routable, with the default 2 s
-// scrape timeout, at the default 1 s scrape interval and at 100 ms.
+// BenchmarkUnroutableAfterFreeze measures how long a replica whose HTTP
+// server stops answering (a SIGSTOPped engine) stays routable, with the
+// default 2 s scrape timeout: with the defaults (1 s scrape interval, /health
+// probed every 100 ms), and with scraping alone at 1 s and at 100 ms.
 func BenchmarkUnroutableAfterFreeze(b *testing.B) {
+	b.Run("defaults", func(b *testing.B) {
+		benchFreeze(b, config.DefaultScrapeInterval, config.DefaultHealthInterval)
+	})
 	for _, iv := range []time.Duration{time.Second, 100 * time.Millisecond} {
-		b.Run("interval="+iv.String(), func(b *testing.B) { benchFreeze(b, iv) })
+		b.Run("scrape-only,interval="+iv.String(), func(b *testing.B) { benchFreeze(b, iv, 0) })
 	}
 }
 
-func benchFreeze(b *testing.B, interval time.Duration) {
+func benchFreeze(b *testing.B, interval, health time.Duration) {
 	var total time.Duration
 	for b.Loop() {
 		b.StopTimer()
@@ -154,6 +158,7 @@ func benchFreeze(b *testing.B, interval time.Duration) {
 		cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
 		cfg.Ingest.ScrapeInterval = config.Duration(interval)
 		cfg.Ingest.ScrapeTimeout = config.Duration(2 * time.Second)
+		cfg.Ingest.HealthInterval = config.Duration(health)
 		h := start(b, cfg)
 		waitFor(b, "a reading", func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return !st.LoadAt.IsZero() })
 		b.StartTimer()

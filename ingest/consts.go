@@ -39,6 +39,7 @@ const (
 	metricUnknownTopic   = "kvroute_ingest_unknown_topic_total"
 	metricFramesRefused  = "kvroute_ingest_frames_refused_total"
 	metricScrapes        = "kvroute_ingest_scrapes_total"
+	metricProbesFailed   = "kvroute_ingest_health_probes_failed_total"
 	metricHitRate        = "kvroute_ingest_prefix_cache_hit_rate"
 	metricConfigMismatch = "kvroute_ingest_config_mismatch_total"
 	metricSelfCheck      = "kvroute_ingest_hash_selfcheck_total"

@@ -11,7 +11,9 @@ import (
 //   - its last /metrics scrape failed, or one has been running longer than
 //     scrapeStallAfter (a stopped process accepts the connection and never
 //     answers);
-//   - its last load reading was invalid (NaN, ±Inf, negative).
+//   - its last load reading was invalid (NaN, ±Inf, negative);
+//   - its last /health probe failed to connect, answered 5xx, or has been
+//     unanswered for scrapeStallAfter (probe.go).
 //
 // A stream that ends, or (bind mode, where kvroute cannot see one engine's
 // connection) unhealthyAfter failed scrapes with no live batch meanwhile,
@@ -28,6 +30,8 @@ const (
 	downScrapeFailed = "scrape_failed"
 	downScrapeStall  = "scrape_stalled"
 	downInvalidLoad  = "invalid_load"
+	downProbeFailed  = "health_failed"
+	downProbeStall   = "health_stalled"
 )
 
 // health is one rank's routability, from its signals.
@@ -35,10 +39,18 @@ type health struct {
 	mu         sync.Mutex
 	streamDown bool
 	scrapeDown bool
+	probeDown  bool
 }
+
+func (h *health) routable() bool { return !h.streamDown && !h.scrapeDown && !h.probeDown }
 
 // setStream records the event stream's state and updates the index.
 func (rs *rankState) setStream(down bool) { rs.setHealth(&rs.health.streamDown, down, downStreamEnded) }
+
+// setProbe records the last /health probe's verdict (reason when down).
+func (rs *rankState) setProbe(down bool, reason string) {
+	rs.setHealth(&rs.health.probeDown, down, reason)
+}
 
 // setScrape records the last scrape's verdict (reason when down).
 func (rs *rankState) setScrape(down bool, reason string) {
@@ -49,9 +61,9 @@ func (rs *rankState) setHealth(flag *bool, down bool, reason string) {
 	h := &rs.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	was := !h.streamDown && !h.scrapeDown
+	was := h.routable()
 	*flag = down
-	now := !h.streamDown && !h.scrapeDown
+	now := h.routable()
 	rs.mgr.ix.SetHealthy(rs.r, now)
 	if was && !now {
 		rs.met.unroutable(reason).Inc()

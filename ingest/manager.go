@@ -203,6 +203,11 @@ func (m *Manager) Run(ctx context.Context) error {
 			wg.Go(func() { m.supervise(ctx, compScraper, func() { sc.loop(ctx, iv) }) })
 		}
 	}
+	if iv := m.cfg.Ingest.HealthInterval.Std(); iv > 0 {
+		for _, pr := range m.probers() {
+			wg.Go(func() { m.supervise(ctx, compProber, func() { pr.loop(ctx, iv) }) })
+		}
+	}
 	<-ctx.Done()
 	return nil
 }

@@ -26,6 +26,7 @@ type metrics struct {
 	unknownTopic   prometheus.Counter
 	framesRefused  *prometheus.CounterVec // socket=bind|events|replay, reason
 	scrapes        *prometheus.CounterVec // pool, replica, outcome=ok|error|invalid|stalled
+	probesFailed   *prometheus.CounterVec // pool, replica, reason=health_failed|health_stalled
 	hitRate        *prometheus.GaugeVec   // pool, replica
 	configMismatch *prometheus.CounterVec // pool, replica, field=block_size|hash_algorithm
 	selfCheck      *prometheus.CounterVec // pool, verdict
@@ -72,6 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		parentUnknown: cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
 		unroutable:    cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
 		seqJumps:      cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
+		probesFailed:  cv(metricProbesFailed, "/health probes that failed to connect, answered 5xx (health_failed) or went unanswered for 300 ms (health_stalled).", "reason"),
 		connected:     gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
 		lastSeq:       gv(metricLastSeq, "Last applied KV-event sequence number."),
 		lag:           gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
@@ -86,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.seqJumps, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.seqJumps, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
 	m.panics = panics.NewCounter(reg)
@@ -106,6 +108,7 @@ type rankMetrics struct {
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
 	scrapeOK, scrapeErr, scrapeInvalid  prometheus.Counter
 	scrapeStalled                       prometheus.Counter
+	probeFailed, probeStalled           prometheus.Counter
 	mismatchBS, mismatchAlgo            prometheus.Counter
 	unroutableVec                       *prometheus.CounterVec
 	pool, replica                       string
@@ -140,6 +143,7 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		connected: m.connected.With(l), lastSeq: m.lastSeq.With(l), lag: m.lag.With(l), hitRate: m.hitRate.With(l),
 		scrapeOK: with(m.scrapes, "outcome", "ok"), scrapeErr: with(m.scrapes, "outcome", "error"),
 		scrapeInvalid: with(m.scrapes, "outcome", "invalid"), scrapeStalled: with(m.scrapes, "outcome", "stalled"),
+		probeFailed: with(m.probesFailed, "reason", downProbeFailed), probeStalled: with(m.probesFailed, "reason", downProbeStall),
 		mismatchBS: with(m.configMismatch, "field", "block_size"), mismatchAlgo: with(m.configMismatch, "field", "hash_algorithm"),
 	}
 }

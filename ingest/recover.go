@@ -13,6 +13,7 @@ const (
 	compSubscriber = "ingest_subscriber"
 	compBound      = "ingest_bind_reader"
 	compScraper    = "ingest_scraper"
+	compProber     = "ingest_health_prober"
 )
 
 // panicRestartDelay paces a goroutine that keeps panicking.
