@@ -73,7 +73,7 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 	ps := rs.pool
 	full := ev.BlockSize > 0 && len(ev.TokenIDs) == len(ev.BlockHashes)*ev.BlockSize
 	if full && ps.learnBlockSize(ev.BlockSize) {
-		rs.mgr.log.Info("ingest: learned block size from KV events", "pool", ps.cfg.Name, "block_size", ev.BlockSize)
+		rs.mgr.log.Info("ingest: learned block size from KV events", "pool", ps.in.Name, "block_size", ev.BlockSize)
 	}
 	bs := ps.blockSize()
 	if ev.BlockSize > 0 && bs > 0 && ev.BlockSize != bs {
@@ -81,7 +81,7 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 		return
 	}
 	keys := rs.keysBuf[:0]
-	if ps.cfg.IsEngineKeys() {
+	if ps.in.EngineKeys {
 		for _, h := range ev.BlockHashes {
 			keys = append(keys, index.BlockKey(h.Value))
 		}
@@ -156,7 +156,7 @@ func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 		return
 	}
 	keys := rs.keysBuf[:0]
-	engine := rs.pool.cfg.IsEngineKeys()
+	engine := rs.pool.in.EngineKeys
 	for _, h := range ev.BlockHashes {
 		if engine {
 			keys = append(keys, index.BlockKey(h.Value))
@@ -197,11 +197,11 @@ func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 		}
 	}
 	verdict, reason := blockhash.SelfCheck(e, run)
-	rs.mgr.m.selfCheck.WithLabelValues(ps.cfg.Name, verdict.String()).Inc()
+	rs.mgr.m.selfCheck.WithLabelValues(ps.in.Name, verdict.String()).Inc()
 	if verdict != blockhash.Mismatch {
 		return
 	}
-	rs.mgr.m.schemeMismatch.WithLabelValues(ps.cfg.Name).Inc()
+	rs.mgr.m.schemeMismatch.WithLabelValues(ps.in.Name).Inc()
 	now := rs.mgr.now()
 	var warn bool
 	rs.st.update(func(st *rankStatus) {
@@ -212,6 +212,6 @@ func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 	})
 	if warn {
 		rs.mgr.log.Warn("ingest: engine block hashes do not match the configured hash scheme (check hash.algorithm, hash.seed = PYTHONHASHSEED, block_size)",
-			"pool", ps.cfg.Name, "replica", rs.name, "algorithm", e.Algorithm().String(), "reason", reason)
+			"pool", ps.in.Name, "replica", rs.name, "algorithm", e.Algorithm().String(), "reason", reason)
 	}
 }

@@ -7,13 +7,13 @@ import (
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest"
 )
 
 // layout is the pool → replica → DP-rank structure of a config, resolved
 // once, when the index is built: every rank's name and index handle, in
-// config order. buildRouter reads it instead of walking the config and
-// looking names up in the index. (ingest.New still resolves its own view
-// from the config; handing it this layout is the next step.)
+// config order. buildRouter and ingestPools read it instead of walking the
+// config and looking names up in the index.
 type layout []poolLayout
 
 // poolLayout is one pool and its ranks.
@@ -63,4 +63,38 @@ func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, la
 		lay = append(lay, pl)
 	}
 	return ix, lay, nil
+}
+
+// ingestSettings is the config's ingest section as ingest takes it.
+func ingestSettings(c config.Ingest) ingest.Settings {
+	return ingest.Settings{
+		Bind:                c.Bind,
+		QueueSize:           c.QueueSize,
+		ReconnectMaxBackoff: c.ReconnectMaxBackoff.Std(),
+		ScrapeInterval:      c.ScrapeInterval.Std(),
+		ScrapeTimeout:       c.ScrapeTimeout.Std(),
+		MaxMessageBytes:     int64(c.MaxMessageBytes),
+	}
+}
+
+// ingestPools is the layout as ingest takes it.
+func (lay layout) ingestPools() []ingest.Pool {
+	out := make([]ingest.Pool, 0, len(lay))
+	for _, pl := range lay {
+		p := pl.cfg
+		ip := ingest.Pool{
+			Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters,
+			BlockSize: p.BlockSize, EngineKeys: p.IsEngineKeys(), Algorithm: p.Hash.Algorithm, Seed: p.Hash.Seed,
+		}
+		for _, rl := range pl.ranks {
+			rc := rl.cfg
+			ip.Ranks = append(ip.Ranks, ingest.Rank{
+				Replica: rl.r, Name: rl.name, ReplicaName: rc.Name, Address: rc.Address,
+				DPRank: rl.rank, DPSize: rc.DataParallelSize,
+				Events: rc.Events, Replay: rc.Replay, Topic: rc.Topic, Metrics: rc.Metrics,
+			})
+		}
+		out = append(out, ip)
+	}
+	return out
 }

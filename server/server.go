@@ -101,7 +101,10 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ingest.New(ingest.Options{Config: cfg, Index: ix, Logger: log, Registerer: reg})
+	mgr, err := ingest.New(ingest.Options{
+		Settings: ingestSettings(cfg.Ingest), Pools: lay.ingestPools(),
+		Index: ix, Logger: log, Registerer: reg,
+	})
 	if err != nil {
 		return nil, err
 	}
