@@ -72,16 +72,16 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 	}
 	ps := rs.pool
 	full := ev.BlockSize > 0 && len(ev.TokenIDs) == len(ev.BlockHashes)*ev.BlockSize
-	if full && ps.learnBlockSize(ev.BlockSize) {
+	if full && ps.keys.Learn(ev.BlockSize) {
 		rs.mgr.log.Info("ingest: learned block size from KV events", "pool", ps.in.Name, "block_size", ev.BlockSize)
 	}
-	bs := ps.blockSize()
+	bs := ps.keys.BlockSize()
 	if ev.BlockSize > 0 && bs > 0 && ev.BlockSize != bs {
 		rs.met.skipBS.Inc()
 		return
 	}
 	keys := rs.keysBuf[:0]
-	if ps.in.EngineKeys {
+	if ps.keys.EngineKeys() {
 		for _, h := range ev.BlockHashes {
 			keys = append(keys, index.BlockKey(h.Value))
 		}
@@ -90,11 +90,12 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 			rs.met.skipTok.Inc()
 			return
 		}
-		keyer := ps.tokenKeyer(bs)
-		if keyer == nil {
+		ks, err := ps.keys.KeySet()
+		if err != nil || ks == nil || ks.BlockSize != bs {
 			rs.met.skipTok.Inc()
 			return
 		}
+		keyer := ks.Tokens
 		parent := keyer.Root()
 		if ev.HasParent {
 			p, ok := rs.keys.get(ev.ParentBlockHash.Value)
@@ -156,7 +157,7 @@ func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 		return
 	}
 	keys := rs.keysBuf[:0]
-	engine := rs.pool.in.EngineKeys
+	engine := rs.pool.keys.EngineKeys()
 	for _, h := range ev.BlockHashes {
 		if engine {
 			keys = append(keys, index.BlockKey(h.Value))
@@ -185,10 +186,11 @@ func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 		return
 	}
 	ps := rs.pool
-	e := ps.hashEngine(ev.BlockSize)
-	if e == nil {
-		return
+	ks, err := ps.keys.KeySet()
+	if err != nil || ks == nil || ks.Engine == nil || ks.BlockSize != ev.BlockSize {
+		return // no seed configured (vLLM's root hash is then random per process)
 	}
+	e := ks.Engine
 	run := blockhash.StoredRun[uint32]{Hashes: ev.BlockHashes, TokenIDs: ev.TokenIDs, BlockSizeTokens: ev.BlockSize, LoRAName: ev.LoRAName}
 	if ev.HasExtraKeys {
 		run.ExtraKeys = make([][]blockhash.Value, len(ev.ExtraKeys))

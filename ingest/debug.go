@@ -115,7 +115,7 @@ func (m *Manager) Status() []ReplicaStatus {
 			ReplaysPartial: s.ReplaysPartial, Partial: s.Partial, Restarts: s.Restarts, DecodeErrors: s.DecodeErrors,
 			QueueDrops: s.QueueDrops, ParentUnknown: s.ParentUnknown, SchemeMismatches: s.SchemeMismatches,
 			SeqJumps:   s.SeqJumps,
-			LagSeconds: s.LagSeconds, LastError: s.LastError, PoolBlockSize: rs.pool.blockSize(),
+			LagSeconds: s.LagSeconds, LastError: s.LastError, PoolBlockSize: rs.pool.keys.BlockSize(),
 		}
 		if s.HasSeq {
 			seq := s.LastSeq

@@ -74,11 +74,16 @@ type replicaSpec struct {
 	dp                                            int
 }
 
-// testPool is a pool as a test declares it: Ranks and ID are filled in by
-// resolvePools from replicas, the way package server resolves its layout.
+// testPool is a pool as a test declares it; resolvePools turns it into a
+// Pool (index handles, ranks, PoolKeys) the way package server does.
 type testPool struct {
-	Pool
-	replicas []replicaSpec
+	Name       string
+	Models     []string
+	BlockSize  int
+	EngineKeys bool
+	Algorithm  blockhash.Algorithm
+	Seed       *string
+	replicas   []replicaSpec
 }
 
 // testConfig is what a test hands to start.
@@ -94,8 +99,8 @@ const (
 )
 
 func poolConfig(name string, engine bool, replicas ...replicaSpec) testPool {
-	p := testPool{Pool: Pool{Name: name, Models: []string{"m-" + name}, EngineKeys: engine, BlockSize: 4,
-		Algorithm: "sha256_cbor", Seed: seed("0")}}
+	p := testPool{Name: name, Models: []string{"m-" + name}, EngineKeys: engine, BlockSize: 4,
+		Algorithm: blockhash.SHA256CBOR, Seed: seed("0")}
 	for i, r := range replicas {
 		if r.address == "" {
 			r.address = fmt.Sprintf("10.0.0.%d:8000", i+1)
@@ -120,7 +125,12 @@ func resolvePools(t testing.TB, ix *index.Index, cfg *testConfig) []Pool {
 	t.Helper()
 	var out []Pool
 	for _, tp := range cfg.Pools {
-		p := tp.Pool
+		keys, err := blockhash.NewPoolKeys(blockhash.PoolKeysConfig{Pool: tp.Name, EngineKeys: tp.EngineKeys,
+			Algorithm: tp.Algorithm, Seed: tp.Seed, BlockSize: tp.BlockSize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Pool{Name: tp.Name, Models: tp.Models, Keys: keys}
 		pid, ok := ix.PoolByName(p.Name)
 		if !ok {
 			var err error

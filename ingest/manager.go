@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,17 +64,12 @@ type Pool struct {
 	ID           index.PoolID
 	Models       []string // request model names: bind-mode topics may name one
 	LoRAAdapters []string
-	// BlockSize is the configured block size in tokens; 0 learns it from
-	// the engines' events or /metrics.
-	BlockSize int
-	// EngineKeys: the index is keyed by vLLM's own block hashes, else by
-	// kvroute's token keys.
-	EngineKeys bool
-	// Algorithm is the configured --prefix-caching-hash-algo name and Seed
-	// the engines' PYTHONHASHSEED (nil: unknown, no self-check).
-	Algorithm string
-	Seed      *string
-	Ranks     []Rank
+	// Keys owns the pool's key mode, hash algorithm and seed (nil: no
+	// self-check), block size and key builders. The router holds the same
+	// object: when no block size is configured, ingest learns it (Learn)
+	// from the engines' events or /metrics and the router keys at it.
+	Keys  *blockhash.PoolKeys
+	Ranks []Rank
 }
 
 // Rank is one routable engine: data-parallel rank DPRank of DPSize of the
@@ -124,12 +118,8 @@ var defaultTuning = tuning{minBackoff: 100 * time.Millisecond, replayTimeout: 10
 
 // poolState is one pool's shared ingest state.
 type poolState struct {
-	in        Pool
-	algo      blockhash.Algorithm // zero when the name does not parse
-	learnedBS atomic.Int64
-	mu        sync.Mutex
-	keyer     atomic.Pointer[blockhash.TokenKeyer]
-	engine    atomic.Pointer[blockhash.Engine]
+	in   Pool
+	keys *blockhash.PoolKeys // in.Keys
 }
 
 // New checks the pools against the index (every pool and rank handle must
@@ -163,11 +153,11 @@ func New(opts Options) (*Manager, error) {
 		if pid, ok := m.ix.PoolByName(p.Name); !ok || pid != p.ID {
 			return nil, fmt.Errorf("ingest: pool %s is not registered in the index", p.Name)
 		}
-		ps := &poolState{in: p}
-		ps.in.Ranks = nil // the ranks live in m.ranks
-		if a, err := blockhash.ParseAlgorithm(p.Algorithm); err == nil {
-			ps.algo = a
+		if p.Keys == nil || p.Keys.Pool() != p.Name {
+			return nil, fmt.Errorf("ingest: pool %s: Keys missing or for another pool", p.Name)
 		}
+		ps := &poolState{in: p, keys: p.Keys}
+		ps.in.Ranks = nil // the ranks live in m.ranks
 		m.pools = append(m.pools, ps)
 		registered := map[index.Replica]string{}
 		for _, st := range m.ix.Replicas(p.ID) {
@@ -258,18 +248,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
-// BlockSize returns the function that reports the pool's block size in
-// tokens — configured, else learned from events or /metrics, else 0 — with
-// the pool resolved once: the router calls it on every request.
-func (m *Manager) BlockSize(pool string) func() int {
-	for _, ps := range m.pools {
-		if ps.in.Name == pool {
-			return ps.blockSize
-		}
-	}
-	return func() int { return 0 }
-}
-
 // Ready reports whether every pool has at least one replica rank with a live
 // event stream or fresh load data.
 func (m *Manager) Ready() bool {
@@ -296,60 +274,4 @@ func (m *Manager) loadFresh(rs *rankState) bool {
 		return false
 	}
 	return m.now().Sub(st.LoadAt) <= max(3*m.set.ScrapeInterval, 5*time.Second)
-}
-
-func (ps *poolState) blockSize() int {
-	if ps.in.BlockSize > 0 {
-		return ps.in.BlockSize
-	}
-	return int(ps.learnedBS.Load())
-}
-
-// learnBlockSize records the engines' block size when the config leaves it
-// to them; the first value wins.
-func (ps *poolState) learnBlockSize(bs int) bool {
-	if ps.in.BlockSize > 0 || bs <= 0 {
-		return false
-	}
-	return ps.learnedBS.CompareAndSwap(0, int64(bs))
-}
-
-// tokenKeyer returns the pool's keyer for its block size, built once.
-func (ps *poolState) tokenKeyer(bs int) *blockhash.TokenKeyer {
-	if k := ps.keyer.Load(); k != nil && k.BlockSize() == bs {
-		return k
-	}
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if k := ps.keyer.Load(); k != nil && k.BlockSize() == bs {
-		return k
-	}
-	k, err := blockhash.NewTokenKeyer(ps.in.Name, bs)
-	if err != nil {
-		return nil
-	}
-	ps.keyer.Store(k)
-	return k
-}
-
-// hashEngine returns the pool's vLLM hasher for the self-check, nil when no
-// seed is configured (vLLM's root hash is then random per process).
-func (ps *poolState) hashEngine(bs int) *blockhash.Engine {
-	if ps.in.Seed == nil || ps.algo == 0 {
-		return nil
-	}
-	if e := ps.engine.Load(); e != nil && e.BlockSize() == bs {
-		return e
-	}
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if e := ps.engine.Load(); e != nil && e.BlockSize() == bs {
-		return e
-	}
-	e, err := blockhash.NewEngine(ps.algo, ps.in.Seed, bs)
-	if err != nil {
-		return nil
-	}
-	ps.engine.Store(e)
-	return e
 }

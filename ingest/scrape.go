@@ -291,16 +291,18 @@ func (sc *scraper) checkCacheConfig(fams map[string]*dto.MetricFamily) {
 	ps := sc.pool
 	if v, ok := label(m, labelBlockSize); ok {
 		if bs, err := strconv.Atoi(v); err == nil && bs > 0 {
-			if ps.learnBlockSize(bs) {
+			if ps.keys.Learn(bs) {
 				sc.m.log.Info("ingest: learned block size from /metrics", "pool", ps.in.Name, "block_size", bs)
 			}
-			if ps.in.BlockSize > 0 && bs != ps.in.BlockSize {
-				sc.mismatch("block_size", v, func() { sc.ranks[0].met.mismatchBS.Inc() }, "configured", ps.in.BlockSize)
+			if c := ps.keys.ConfiguredBlockSize(); c > 0 && bs != c {
+				sc.mismatch("block_size", v, func() { sc.ranks[0].met.mismatchBS.Inc() }, "configured", c)
 			}
 		}
 	}
-	if v, ok := label(m, labelHashAlgorithm); ok && v != "" && (ps.in.EngineKeys || ps.in.Seed != nil) && v != ps.in.Algorithm {
-		sc.mismatch("hash_algorithm", v, func() { sc.ranks[0].met.mismatchAlgo.Inc() }, "configured", ps.in.Algorithm)
+	if v, ok := label(m, labelHashAlgorithm); ok && v != "" && (ps.keys.EngineKeys() || ps.keys.Seed() != nil) {
+		if a := ps.keys.Algorithm(); a != 0 && v != a.String() {
+			sc.mismatch("hash_algorithm", v, func() { sc.ranks[0].met.mismatchAlgo.Inc() }, "configured", a.String())
+		}
 	}
 }
 

@@ -126,7 +126,7 @@ func TestScraperLearnsBlockSizeFallsBackToOldNamesAndMarksUnhealthy(t *testing.T
 	if want := (index.Load{Running: 2, Waiting: 7, KVUsage: 0.75}); st.Load != want {
 		t.Errorf("load %+v, want %+v", st.Load, want)
 	}
-	if bs := m.BlockSize("p")(); bs != 32 {
+	if bs := m.pools[0].keys.BlockSize(); bs != 32 {
 		t.Errorf("learned block size %d, want 32", bs)
 	}
 	fail.Store(true)
@@ -192,7 +192,7 @@ func FuzzScrapeParser(f *testing.F) {
 	f.Add("vllm:num_requests_running NaN\nvllm:num_requests_waiting +Inf\nvllm:kv_cache_usage_perc -1\n")
 	f.Add("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"1\"} 1e308\n")
 	pool := poolConfig("p", keysTokens, replicaSpec{name: "r0"})
-	sc := &scraper{pool: &poolState{in: pool.Pool}}
+	sc := &scraper{pool: &poolState{in: Pool{Name: pool.Name, Models: pool.Models}}}
 	f.Fuzz(func(t *testing.T, body string) {
 		fams, err := parseMetrics(strings.NewReader(body))
 		if err != nil {

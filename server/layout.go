@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
@@ -18,8 +19,11 @@ type layout []poolLayout
 
 // poolLayout is one pool and its ranks.
 type poolLayout struct {
-	cfg   *config.Pool
-	id    index.PoolID
+	cfg *config.Pool
+	id  index.PoolID
+	// keys owns the pool's block size (configured or learned) and key
+	// builders; ingest and the router share it.
+	keys  *blockhash.PoolKeys
 	ranks []rankLayout
 }
 
@@ -48,7 +52,11 @@ func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, la
 		if err != nil {
 			return nil, nil, fmt.Errorf("pools[%d]: %w", i, err)
 		}
-		pl := poolLayout{cfg: p, id: pid}
+		keys, err := poolKeys(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pools[%d]: %w", i, err)
+		}
+		pl := poolLayout{cfg: p, id: pid, keys: keys}
 		for j := range p.Replicas {
 			rc := &p.Replicas[j]
 			for rank := range rc.DataParallelSize {
@@ -63,6 +71,21 @@ func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, la
 		lay = append(lay, pl)
 	}
 	return ix, lay, nil
+}
+
+// poolKeys creates the pool's key owner. An algorithm name that does not
+// parse is an error in engine-key mode; otherwise it only leaves the pool
+// without a self-check (config validation rejects it anyway).
+func poolKeys(p *config.Pool) (*blockhash.PoolKeys, error) {
+	c := blockhash.PoolKeysConfig{Pool: p.Name, EngineKeys: p.IsEngineKeys(), Seed: p.Hash.Seed, BlockSize: p.BlockSize}
+	algo, err := blockhash.ParseAlgorithm(p.Hash.Algorithm)
+	switch {
+	case err == nil:
+		c.Algorithm = algo
+	case c.EngineKeys:
+		return nil, fmt.Errorf("pool %s: %w", p.Name, err)
+	}
+	return blockhash.NewPoolKeys(c)
 }
 
 // ingestSettings is the config's ingest section as ingest takes it.
@@ -82,10 +105,7 @@ func (lay layout) ingestPools() []ingest.Pool {
 	out := make([]ingest.Pool, 0, len(lay))
 	for _, pl := range lay {
 		p := pl.cfg
-		ip := ingest.Pool{
-			Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters,
-			BlockSize: p.BlockSize, EngineKeys: p.IsEngineKeys(), Algorithm: p.Hash.Algorithm, Seed: p.Hash.Seed,
-		}
+		ip := ingest.Pool{Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters, Keys: pl.keys}
 		for _, rl := range pl.ranks {
 			rc := rl.cfg
 			ip.Ranks = append(ip.Ranks, ingest.Rank{

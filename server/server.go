@@ -116,8 +116,6 @@ func New(opts Options) (*Server, error) {
 		p := &cfg.Pools[i]
 		name := p.Name
 		pp := parts[name]
-		pp.blockSize = mgr.BlockSize(name)
-		parts[name] = pp
 		if pp.tokenizer == nil {
 			log.Warn("pool has no tokenizer: it routes by load only", "pool", name)
 		} else {
