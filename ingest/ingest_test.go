@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -765,6 +766,22 @@ func TestNewRejectsUnregisteredReplicasAndIPCWithRanks(t *testing.T) {
 	pools := resolvePools(t, index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20}), cfg)
 	if _, err := New(Options{Settings: cfg.Settings, Pools: pools, Index: index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})}); err == nil {
 		t.Error("pool missing from the index accepted")
+	}
+	// The layout's own index, but inputs ingest must not guess at.
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
+	pools = resolvePools(t, ix, cfg)
+	noKeys := slices.Clone(pools)
+	noKeys[0].Keys = nil
+	if _, err := New(Options{Settings: cfg.Settings, Pools: noKeys, Index: ix}); err == nil {
+		t.Error("pool without Keys accepted")
+	}
+	unbounded := cfg.Settings
+	unbounded.MaxMessageBytes = 0
+	if _, err := New(Options{Settings: unbounded, Pools: pools, Index: ix}); err == nil {
+		t.Error("MaxMessageBytes 0 accepted (ingest applies no defaults)")
+	}
+	if _, err := New(Options{Settings: cfg.Settings, Pools: pools, Index: ix, Logger: quietLog}); err != nil {
+		t.Errorf("the layout itself: %v", err)
 	}
 	if _, err := offsetEndpoint("ipc:///tmp/kv", 1); err == nil {
 		t.Error("ipc endpoint with DP rank 1 accepted")
