@@ -182,7 +182,7 @@ func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 // algorithm and seed (when a seed is configured) and counts mismatches.
 func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 	rs.checks++
-	if rs.checks > selfCheckFirst && rs.checks%selfCheckEvery != 0 {
+	if rs.mgr.tuning.noSelfCheck || rs.checks > selfCheckFirst && rs.checks%selfCheckEvery != 0 {
 		return
 	}
 	ps := rs.pool

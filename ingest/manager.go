@@ -112,6 +112,7 @@ type tuning struct {
 	replayTimeout time.Duration
 	keyMapCap     int
 	beforeApply   func() // test hook: runs before each batch is applied (a slow index)
+	noSelfCheck   bool   // benchmarks: random engine hashes would all mismatch
 }
 
 var defaultTuning = tuning{minBackoff: 100 * time.Millisecond, replayTimeout: 10 * time.Second, keyMapCap: 1 << 20}
