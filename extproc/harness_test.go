@@ -61,6 +61,16 @@ func (lineChat) RenderChat(body []byte) (string, error) {
 
 const testBlockSize = 4
 
+// testKeys is a token-key pool's keys at block size bs.
+func testKeys(t testing.TB, pool string, bs int) *blockhash.PoolKeys {
+	t.Helper()
+	k, err := blockhash.NewPoolKeys(blockhash.PoolKeysConfig{Pool: pool, BlockSize: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 // harness is a kvroute ext_proc server on 127.0.0.1 over an index with one
 // pool "qwen" (models qwen3, adapter sql-lora) of three replicas.
 type harness struct {
@@ -126,7 +136,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	pools := []PoolConfig{{
 		Name: "qwen", ID: h.pool, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
-		Tokenizer: o.tokenizer, Chat: lineChat{}, BlockSize: func() int { return testBlockSize },
+		Tokenizer: o.tokenizer, Chat: lineChat{}, Keys: testKeys(t, "qwen", testBlockSize),
 		Endpoints: h.eps,
 	}}
 	if o.llamaPool {
@@ -134,7 +144,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lp := PoolConfig{Name: "llama", ID: pid, Models: []string{"llama3"}, Tokenizer: wordTokenizer{}, BlockSize: func() int { return testBlockSize }}
+		lp := PoolConfig{Name: "llama", ID: pid, Models: []string{"llama3"}, Tokenizer: wordTokenizer{}, Keys: testKeys(t, "llama", testBlockSize)}
 		for i, a := range []string{"127.0.0.1:9001", "127.0.0.1:9002"} {
 			r, err := h.ix.AddReplica(pid, fmt.Sprintf("llama-%d", i))
 			if err != nil {

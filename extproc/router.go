@@ -37,14 +37,11 @@ type PoolConfig struct {
 	Tokenizer Tokenizer
 	// Chat nil: chat requests route by load only.
 	Chat ChatRenderer
-	// EngineKeys keys blocks with vLLM's own hashes (Algorithm, Seed);
-	// otherwise kvroute's token keys seeded by the pool name.
-	EngineKeys bool
-	Algorithm  blockhash.Algorithm
-	Seed       *string
-	// BlockSize returns the block size in tokens (configured or learned from
-	// events); 0 means not known yet and the pool routes by load.
-	BlockSize func() int
+	// Keys owns the pool's key mode (vLLM's own hashes or kvroute's token
+	// keys), its block size (configured, or learned by ingest; while it is
+	// unknown the pool routes by load) and its key builders. The same object
+	// is handed to ingest.
+	Keys      *blockhash.PoolKeys
 	Endpoints []Endpoint
 }
 
@@ -91,15 +88,6 @@ type modelRef struct {
 
 type pool struct {
 	PoolConfig
-	keyer atomic.Pointer[keyer]
-	mu    sync.Mutex
-}
-
-// keyer computes a pool's block keys at one block size.
-type keyer struct {
-	blockSize int
-	tokens    *blockhash.TokenKeyer
-	engine    *blockhash.Engine
 }
 
 // NewRouter builds a router over the index's pools.
@@ -107,8 +95,8 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 	r := &Router{ix: ix, opts: opts, byModel: map[string]modelRef{}}
 	for _, pc := range pools {
 		p := &pool{PoolConfig: pc}
-		if pc.EngineKeys && pc.Seed == nil {
-			return nil, fmt.Errorf("pool %s: %w", pc.Name, blockhash.ErrNoSeed)
+		if pc.Keys == nil {
+			return nil, fmt.Errorf("pool %s: no Keys", pc.Name)
 		}
 		for _, e := range pc.Endpoints {
 			if _, err := netip.ParseAddrPort(e.Address); err != nil {
@@ -127,46 +115,18 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 	return r, nil
 }
 
-// keyerFor returns the pool's keyer at its current block size, or nil while
-// the block size is unknown.
-func (p *pool) keyerFor() (*keyer, error) {
-	bs := 0
-	if p.BlockSize != nil {
-		bs = p.BlockSize()
-	}
-	if bs <= 0 {
-		return nil, nil
-	}
-	if k := p.keyer.Load(); k != nil && k.blockSize == bs {
-		return k, nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	k := &keyer{blockSize: bs}
-	var err error
-	if p.EngineKeys {
-		k.engine, err = blockhash.NewEngine(p.Algorithm, p.Seed, bs)
-	} else {
-		k.tokens, err = blockhash.NewTokenKeyer(p.Name, bs)
-	}
-	if err != nil {
-		return nil, err
-	}
-	p.keyer.Store(k)
-	return k, nil
-}
-
-func (k *keyer) keys(dst []index.BlockKey, ids []int, rk blockhash.RequestKeys) ([]index.BlockKey, error) {
+// blockKeys appends the request's block keys under the pool's key mode.
+func blockKeys(ks *blockhash.KeySet, engine bool, dst []index.BlockKey, ids []int, rk blockhash.RequestKeys) ([]index.BlockKey, error) {
 	var raw [512]uint64
 	buf := raw[:0]
-	if n := len(ids) / k.blockSize; n > len(raw) {
+	if n := len(ids) / ks.BlockSize; n > len(raw) {
 		buf = make([]uint64, 0, n)
 	}
 	var err error
-	if k.engine != nil {
-		buf, err = blockhash.AppendEventKeys(k.engine, buf, ids, rk)
+	if engine {
+		buf, err = blockhash.AppendEventKeys(ks.Engine, buf, ids, rk)
 	} else {
-		buf, err = blockhash.AppendKeys(k.tokens, buf, k.tokens.Root(), ids, rk)
+		buf, err = blockhash.AppendKeys(ks.Tokens, buf, ks.Tokens.Root(), ids, rk)
 	}
 	for _, v := range buf {
 		dst = append(dst, index.BlockKey(v))
@@ -253,18 +213,18 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 		}
 		return r.byLoad(p, subset, reason, nil)
 	}
-	k, err := p.keyerFor()
+	k, err := p.Keys.KeySet()
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err)
 	}
 	if k == nil {
 		return r.byLoad(p, subset, ReasonBlockSizeUnknown, nil)
 	}
-	keys, err := k.keys(make([]index.BlockKey, 0, len(ids)/k.blockSize), ids, blockhash.RequestKeys{LoRAName: ref.lora, CacheSalt: req.CacheSalt})
+	keys, err := blockKeys(k, p.Keys.EngineKeys(), make([]index.BlockKey, 0, len(ids)/k.BlockSize), ids, blockhash.RequestKeys{LoRAName: ref.lora, CacheSalt: req.CacheSalt})
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err)
 	}
-	d := r.choose(p, subset, keys, len(ids), k.blockSize)
+	d := r.choose(p, subset, keys, len(ids), k.BlockSize)
 	if d.Endpoint == nil && d.Outcome != OutcomeRejected {
 		// Whatever the cost function, an eligible fleet gets an endpoint
 		// (a NaN cost compares with nothing).

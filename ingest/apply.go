@@ -72,16 +72,16 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 	}
 	ps := rs.pool
 	full := ev.BlockSize > 0 && len(ev.TokenIDs) == len(ev.BlockHashes)*ev.BlockSize
-	if full && ps.learnBlockSize(ev.BlockSize) {
-		rs.mgr.log.Info("ingest: learned block size from KV events", "pool", ps.cfg.Name, "block_size", ev.BlockSize)
+	if full && ps.keys.Learn(ev.BlockSize) {
+		rs.mgr.log.Info("ingest: learned block size from KV events", "pool", ps.in.Name, "block_size", ev.BlockSize)
 	}
-	bs := ps.blockSize()
+	bs := ps.keys.BlockSize()
 	if ev.BlockSize > 0 && bs > 0 && ev.BlockSize != bs {
 		rs.met.skipBS.Inc()
 		return
 	}
 	keys := rs.keysBuf[:0]
-	if ps.cfg.IsEngineKeys() {
+	if ps.keys.EngineKeys() {
 		for _, h := range ev.BlockHashes {
 			keys = append(keys, index.BlockKey(h.Value))
 		}
@@ -90,11 +90,12 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 			rs.met.skipTok.Inc()
 			return
 		}
-		keyer := ps.tokenKeyer(bs)
-		if keyer == nil {
+		ks, err := ps.keys.KeySet()
+		if err != nil || ks == nil || ks.BlockSize != bs {
 			rs.met.skipTok.Inc()
 			return
 		}
+		keyer := ks.Tokens
 		parent := keyer.Root()
 		if ev.HasParent {
 			p, ok := rs.keys.get(ev.ParentBlockHash.Value)
@@ -158,7 +159,7 @@ func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 		return
 	}
 	keys := rs.keysBuf[:0]
-	engine := rs.pool.cfg.IsEngineKeys()
+	engine := rs.pool.keys.EngineKeys()
 	for _, h := range ev.BlockHashes {
 		if engine {
 			keys = append(keys, index.BlockKey(h.Value))
@@ -186,14 +187,15 @@ func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 // algorithm and seed (when a seed is configured) and counts mismatches.
 func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 	rs.checks++
-	if rs.checks > selfCheckFirst && rs.checks%selfCheckEvery != 0 {
+	if rs.mgr.tuning.noSelfCheck || rs.checks > selfCheckFirst && rs.checks%selfCheckEvery != 0 {
 		return
 	}
 	ps := rs.pool
-	e := ps.hashEngine(ev.BlockSize)
-	if e == nil {
-		return
+	ks, err := ps.keys.KeySet()
+	if err != nil || ks == nil || ks.Engine == nil || ks.BlockSize != ev.BlockSize {
+		return // no seed configured (vLLM's root hash is then random per process)
 	}
+	e := ks.Engine
 	run := blockhash.StoredRun[uint32]{Hashes: ev.BlockHashes, TokenIDs: ev.TokenIDs, BlockSizeTokens: ev.BlockSize, LoRAName: ev.LoRAName}
 	if ev.HasExtraKeys {
 		run.ExtraKeys = make([][]blockhash.Value, len(ev.ExtraKeys))
@@ -202,11 +204,11 @@ func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 		}
 	}
 	verdict, reason := blockhash.SelfCheck(e, run)
-	rs.mgr.m.selfCheck.WithLabelValues(ps.cfg.Name, verdict.String()).Inc()
+	rs.mgr.m.selfCheck.WithLabelValues(ps.in.Name, verdict.String()).Inc()
 	if verdict != blockhash.Mismatch {
 		return
 	}
-	rs.mgr.m.schemeMismatch.WithLabelValues(ps.cfg.Name).Inc()
+	rs.mgr.m.schemeMismatch.WithLabelValues(ps.in.Name).Inc()
 	now := rs.mgr.now()
 	var warn bool
 	rs.st.update(func(st *rankStatus) {
@@ -217,6 +219,6 @@ func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 	})
 	if warn {
 		rs.mgr.log.Warn("ingest: engine block hashes do not match the configured hash scheme (check hash.algorithm, hash.seed = PYTHONHASHSEED, block_size)",
-			"pool", ps.cfg.Name, "replica", rs.name, "algorithm", e.Algorithm().String(), "reason", reason)
+			"pool", ps.in.Name, "replica", rs.name, "algorithm", e.Algorithm().String(), "reason", reason)
 	}
 }

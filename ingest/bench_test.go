@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
@@ -65,19 +64,17 @@ func BenchmarkDecode_16BlockStoredPlus16Removed(b *testing.B) {
 	b.ReportMetric(float64(2*benchBlocks)*float64(b.N)/b.Elapsed().Seconds(), "block-events/s")
 }
 
-func benchDecodeApply(b *testing.B, keys string) {
+func benchDecodeApply(b *testing.B, keys bool) {
 	payloads := benchBatches(b)
 	pool := poolConfig("p", keys, replicaSpec{name: "r0"})
 	pool.BlockSize = benchBlockSize
-	pool.Hash.Seed = nil // no self-check: random hashes would all mismatch
 	cfg := baseConfig(pool)
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
-	pid, _ := ix.AddPool("p")
-	ix.AddReplica(pid, "r0")
-	m, err := New(Options{Config: cfg, Index: ix, Logger: quietLog})
+	m, err := newManager(b, ix, cfg, Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
+	m.tuning.noSelfCheck = true // random hashes would all mismatch
 	rs := m.ranks[0]
 	// Warm up: one pass so the index and key map reach steady state.
 	for i, p := range payloads {
@@ -97,10 +94,10 @@ func benchDecodeApply(b *testing.B, keys string) {
 
 // BenchmarkDecodeApply_TokensKeys is decode + apply with kvroute's own keys:
 // each stored block is rehashed from its tokens and remembered for removal.
-func BenchmarkDecodeApply_TokensKeys(b *testing.B) { benchDecodeApply(b, config.KeysTokens) }
+func BenchmarkDecodeApply_TokensKeys(b *testing.B) { benchDecodeApply(b, keysTokens) }
 
 // BenchmarkDecodeApply_EngineKeys is decode + apply with vLLM's hashes as keys.
-func BenchmarkDecodeApply_EngineKeys(b *testing.B) { benchDecodeApply(b, config.KeysEngine) }
+func BenchmarkDecodeApply_EngineKeys(b *testing.B) { benchDecodeApply(b, keysEngine) }
 
 // BenchmarkUnroutableAfterStreamEnd measures, per op, how long a replica
 // stays routable after its engine's event stream ends (the process exits):
@@ -110,7 +107,7 @@ func BenchmarkUnroutableAfterStreamEnd(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		pub := newPublisher(b, "", 10)
-		h := start(b, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint()})))
+		h := start(b, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint()})))
 		waitFor(b, "connected", func() bool { return h.rank("r0").connected.Load() })
 		b.StartTimer()
 		t0 := time.Now()
@@ -128,11 +125,11 @@ func BenchmarkUnroutableAfterStreamEnd(b *testing.B) {
 
 // BenchmarkUnroutableAfterFreeze measures how long a replica whose HTTP
 // server stops answering (a SIGSTOPped engine) stays routable, with the
-// default 2 s scrape timeout: with the defaults (1 s scrape interval, /health
-// probed every 100 ms), and with scraping alone at 1 s and at 100 ms.
+// default 2 s scrape timeout: with config's defaults (1 s scrape interval,
+// /health probed every 100 ms), and with scraping alone at 1 s and at 100 ms.
 func BenchmarkUnroutableAfterFreeze(b *testing.B) {
-	b.Run("defaults", func(b *testing.B) {
-		benchFreeze(b, config.DefaultScrapeInterval, config.DefaultHealthInterval)
+	b.Run("scrape=1s,health=100ms", func(b *testing.B) {
+		benchFreeze(b, time.Second, 100*time.Millisecond)
 	})
 	for _, iv := range []time.Duration{time.Second, 100 * time.Millisecond} {
 		b.Run("scrape-only,interval="+iv.String(), func(b *testing.B) { benchFreeze(b, iv, 0) })
@@ -155,10 +152,10 @@ func benchFreeze(b *testing.B, interval, health time.Duration) {
 			}
 			fmt.Fprint(w, oldVLLMMetrics)
 		}))
-		cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
-		cfg.Ingest.ScrapeInterval = config.Duration(interval)
-		cfg.Ingest.ScrapeTimeout = config.Duration(2 * time.Second)
-		cfg.Ingest.HealthInterval = config.Duration(health)
+		cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+		cfg.Settings.ScrapeInterval = interval
+		cfg.Settings.ScrapeTimeout = 2 * time.Second
+		cfg.Settings.HealthInterval = health
 		h := start(b, cfg)
 		waitFor(b, "a reading", func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return !st.LoadAt.IsZero() })
 		b.StartTimer()

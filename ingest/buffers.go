@@ -37,4 +37,4 @@ func (rs *rankState) trimBuffers() {
 
 // maxQueuedBytes bounds the payload bytes queued per replica rank: four
 // messages of the largest size accepted.
-func (m *Manager) maxQueuedBytes() int64 { return 4 * m.maxMessageBytes }
+func (m *Manager) maxQueuedBytes() int64 { return 4 * m.set.MaxMessageBytes }

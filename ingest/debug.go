@@ -110,12 +110,12 @@ func (m *Manager) Status() []ReplicaStatus {
 	for _, rs := range m.ranks {
 		s := rs.st.get()
 		v := ReplicaStatus{
-			Pool: rs.pool.cfg.Name, Replica: rs.name, DPRank: rs.rank, Events: rs.events, Replay: rs.replay,
+			Pool: rs.pool.in.Name, Replica: rs.name, DPRank: rs.rank, Events: rs.events, Replay: rs.replay,
 			Connected: rs.connected.Load(), Batches: s.Batches, Gaps: s.Gaps, Replays: s.Replays,
 			ReplaysPartial: s.ReplaysPartial, Partial: s.Partial, Restarts: s.Restarts, DecodeErrors: s.DecodeErrors,
 			QueueDrops: s.QueueDrops, ParentUnknown: s.ParentUnknown, SchemeMismatches: s.SchemeMismatches,
 			SeqJumps:   s.SeqJumps,
-			LagSeconds: s.LagSeconds, LastError: s.LastError, PoolBlockSize: rs.pool.blockSize(),
+			LagSeconds: s.LagSeconds, LastError: s.LastError, PoolBlockSize: rs.pool.keys.BlockSize(),
 		}
 		if s.HasSeq {
 			seq := s.LastSeq

@@ -67,9 +67,9 @@ func (rs *rankState) setHealth(flag *bool, down bool, reason string) {
 	rs.mgr.ix.SetHealthy(rs.r, now)
 	if was && !now {
 		rs.met.unroutable(reason).Inc()
-		rs.mgr.log.Warn("ingest: replica unroutable", "pool", rs.pool.cfg.Name, "replica", rs.name, "reason", reason)
+		rs.mgr.log.Warn("ingest: replica unroutable", "pool", rs.pool.in.Name, "replica", rs.name, "reason", reason)
 	} else if !was && now {
-		rs.mgr.log.Info("ingest: replica routable again", "pool", rs.pool.cfg.Name, "replica", rs.name)
+		rs.mgr.log.Info("ingest: replica routable again", "pool", rs.pool.in.Name, "replica", rs.name)
 	}
 }
 
@@ -94,7 +94,7 @@ func (rs *rankState) dropGone() {
 		}
 		break
 	}
-	rs.mgr.log.Info("ingest: engine gone; dropping its blocks", "pool", rs.pool.cfg.Name, "replica", rs.name, "last_seq", rs.seq.last)
+	rs.mgr.log.Info("ingest: engine gone; dropping its blocks", "pool", rs.pool.in.Name, "replica", rs.name, "last_seq", rs.seq.last)
 	rs.gonePrev = goneEpisode{open: true, have: rs.seq.have, last: rs.seq.last}
 	rs.dropAll()
 	rs.st.update(func(st *rankStatus) { st.EnginesGone++ })
@@ -148,7 +148,7 @@ func (rs *rankState) onEngineRestarted() {
 		return
 	}
 	if rs.drops.Load() == rs.restartDrops.Load() {
-		rs.mgr.log.Info("ingest: engine restarted without its stream ending here; dropping the old process's blocks", "pool", rs.pool.cfg.Name, "replica", rs.name, "last_seq", rs.seq.last)
+		rs.mgr.log.Info("ingest: engine restarted without its stream ending here; dropping the old process's blocks", "pool", rs.pool.in.Name, "replica", rs.name, "last_seq", rs.seq.last)
 		rs.dropAll()
 	}
 	rs.countRestart("process_start_time")
@@ -164,5 +164,5 @@ func (rs *rankState) countRestart(signal string) {
 	rs.restartCounted = ep
 	rs.met.restarts.Inc()
 	rs.st.update(func(st *rankStatus) { st.Restarts++ })
-	rs.mgr.log.Info("ingest: engine restarted", "pool", rs.pool.cfg.Name, "replica", rs.name, "signal", signal)
+	rs.mgr.log.Info("ingest: engine restarted", "pool", rs.pool.in.Name, "replica", rs.name, "signal", signal)
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +23,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/panics"
@@ -75,25 +75,105 @@ type replicaSpec struct {
 	dp                                            int
 }
 
-func poolConfig(name, keys string, replicas ...replicaSpec) config.Pool {
-	p := config.Pool{Name: name, Models: []string{"m-" + name}, Keys: keys, BlockSize: 4,
-		Hash: config.Hash{Algorithm: "sha256_cbor", Seed: seed("0")}}
+// testPool is a pool as a test declares it; resolvePools turns it into a
+// Pool (index handles, ranks, PoolKeys) the way package server does.
+type testPool struct {
+	Name       string
+	Models     []string
+	BlockSize  int
+	EngineKeys bool
+	Algorithm  blockhash.Algorithm
+	Seed       *string
+	replicas   []replicaSpec
+}
+
+// testConfig is what a test hands to start.
+type testConfig struct {
+	Settings Settings
+	Pools    []testPool
+}
+
+// Key modes of poolConfig.
+const (
+	keysTokens = false
+	keysEngine = true
+)
+
+func poolConfig(name string, engine bool, replicas ...replicaSpec) testPool {
+	p := testPool{Name: name, Models: []string{"m-" + name}, EngineKeys: engine, BlockSize: 4,
+		Algorithm: blockhash.SHA256CBOR, Seed: seed("0")}
 	for i, r := range replicas {
 		if r.address == "" {
 			r.address = fmt.Sprintf("10.0.0.%d:8000", i+1)
 		}
-		p.Replicas = append(p.Replicas, config.Replica{Name: r.name, Address: r.address, Events: r.events, Replay: r.replay,
-			Topic: r.topic, Metrics: r.metrics, DataParallelSize: max(r.dp, 1)})
+		r.dp = max(r.dp, 1)
+		p.replicas = append(p.replicas, r)
 	}
 	return p
 }
 
-func baseConfig(pools ...config.Pool) *config.Config {
-	return &config.Config{
-		Ingest: config.Ingest{QueueSize: 64, ReconnectMaxBackoff: config.Duration(200 * time.Millisecond),
-			ScrapeTimeout: config.Duration(time.Second)},
+func baseConfig(pools ...testPool) *testConfig {
+	return &testConfig{
+		Settings: Settings{QueueSize: 64, ReconnectMaxBackoff: 200 * time.Millisecond,
+			ScrapeTimeout: time.Second, MaxMessageBytes: 32 << 20},
 		Pools: pools,
 	}
+}
+
+// resolvePools registers every pool and replica rank of cfg in ix (those
+// not there yet) and returns the layout New takes.
+func resolvePools(t testing.TB, ix *index.Index, cfg *testConfig) []Pool {
+	t.Helper()
+	var out []Pool
+	for _, tp := range cfg.Pools {
+		keys, err := blockhash.NewPoolKeys(blockhash.PoolKeysConfig{Pool: tp.Name, EngineKeys: tp.EngineKeys,
+			Algorithm: tp.Algorithm, Seed: tp.Seed, BlockSize: tp.BlockSize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Pool{Name: tp.Name, Models: tp.Models, Keys: keys}
+		pid, ok := ix.PoolByName(p.Name)
+		if !ok {
+			var err error
+			if pid, err = ix.AddPool(p.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.ID = pid
+		have := map[string]index.Replica{}
+		for _, st := range ix.Replicas(pid) {
+			have[st.Name] = st.Replica
+		}
+		for _, r := range tp.replicas {
+			for rank := range r.dp {
+				name := r.name
+				if r.dp > 1 {
+					name = fmt.Sprintf("%s/dp%d", r.name, rank)
+				}
+				h, ok := have[name]
+				if !ok {
+					var err error
+					if h, err = ix.AddReplica(pid, name); err != nil {
+						t.Fatal(err)
+					}
+				}
+				p.Ranks = append(p.Ranks, Rank{Replica: h, Name: name, ReplicaName: r.name, Address: r.address,
+					DPRank: rank, DPSize: r.dp, Events: r.events, Replay: r.replay, Topic: r.topic, Metrics: r.metrics})
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// newManager resolves cfg in ix and creates a Manager.
+func newManager(t testing.TB, ix *index.Index, cfg *testConfig, opts Options) (*Manager, error) {
+	t.Helper()
+	opts.Settings, opts.Pools, opts.Index = cfg.Settings, resolvePools(t, ix, cfg), ix
+	if opts.Logger == nil {
+		opts.Logger = quietLog
+	}
+	return New(opts)
 }
 
 type harness struct {
@@ -105,24 +185,11 @@ type harness struct {
 
 // start registers the config in a fresh index as `kvroute serve` does, runs
 // a Manager and stops it (waiting for every goroutine) at cleanup.
-func start(t testing.TB, cfg *config.Config, tweak ...func(*Manager)) *harness {
+func start(t testing.TB, cfg *testConfig, tweak ...func(*Manager)) *harness {
 	t.Helper()
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
-	for _, p := range cfg.Pools {
-		pid, err := ix.AddPool(p.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range p.Replicas {
-			for rank := range max(r.DataParallelSize, 1) {
-				if _, err := ix.AddReplica(pid, r.RankName(rank)); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
 	reg := prometheus.NewRegistry()
-	mgr, err := New(Options{Config: cfg, Index: ix, Registerer: reg, Logger: quietLog})
+	mgr, err := newManager(t, ix, cfg, Options{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +282,7 @@ func (h *harness) held(pool, name string, keys []uint64) int {
 	return 0
 }
 
-// tokenKeys are the keys the request path computes (keys: tokens).
+// keysTokens are the keys the request path computes (keys: tokens).
 func tokenKeys(t testing.TB, pool string, tokens []uint32, rk blockhash.RequestKeys) []uint64 {
 	k, err := blockhash.NewTokenKeyer(pool, 4)
 	if err != nil {
@@ -228,7 +295,7 @@ func tokenKeys(t testing.TB, pool string, tokens []uint32, rk blockhash.RequestK
 	return keys
 }
 
-// engineKeys are vLLM's event keys for the tokens (keys: engine).
+// keysEngine are vLLM's event keys for the tokens (keys: engine).
 func engineKeys(t testing.TB, seedStr string, tokens []uint32, rk blockhash.RequestKeys) []uint64 {
 	e, err := blockhash.NewEngine(blockhash.SHA256CBOR, &seedStr, 4)
 	if err != nil {
@@ -272,7 +339,7 @@ func publish(t testing.TB, p *vllmzmq.Publisher, payloads ...[]byte) {
 func TestCleanStreamStoresTheRequestPathsKeys(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "kv-events", 100)
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens,
+	h := start(t, baseConfig(poolConfig("p", keysTokens,
 		replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint(), topic: "kv-events"})))
 	waitSubscribed(t, pub)
 	publish(t, pub, st[stepPrompt], st[stepDecode], st[stepLoRA])
@@ -317,9 +384,9 @@ func TestCleanStreamStoresTheRequestPathsKeys(t *testing.T) {
 func TestEngineKeysAndSchemeMismatchMetric(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 100)
-	good := poolConfig("good", config.KeysEngine, replicaSpec{name: "r0", events: pub.Endpoint()})
-	bad := poolConfig("bad", config.KeysEngine, replicaSpec{name: "r1", events: pub.Endpoint(), address: "10.0.0.9:8000"})
-	bad.Hash.Seed = seed("1") // not the engine's PYTHONHASHSEED
+	good := poolConfig("good", keysEngine, replicaSpec{name: "r0", events: pub.Endpoint()})
+	bad := poolConfig("bad", keysEngine, replicaSpec{name: "r1", events: pub.Endpoint(), address: "10.0.0.9:8000"})
+	bad.Seed = seed("1") // not the engine's PYTHONHASHSEED
 	bad.Models = []string{"other"}
 	h := start(t, baseConfig(good, bad))
 	waitFor(t, "both subscribed", func() bool { return h.rank("r0").connected.Load() && h.rank("r1").connected.Load() })
@@ -348,7 +415,7 @@ func TestReplayFillsSequenceGap(t *testing.T) {
 			st := steps(t)
 			pub := newPublisher(t, "kv-events", 100)
 			pub.SetLegacyReplay(legacy)
-			h := start(t, baseConfig(poolConfig("p", config.KeysTokens,
+			h := start(t, baseConfig(poolConfig("p", keysTokens,
 				replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint(), topic: "kv"})))
 			waitSubscribed(t, pub)
 			waitFor(t, "first-contact replay", func() bool { return h.status("r0").Replays >= 1 })
@@ -373,7 +440,7 @@ func TestReplayFillsSequenceGap(t *testing.T) {
 func TestReplayBufferTooShortMarksPartial(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 2)
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens,
+	h := start(t, baseConfig(poolConfig("p", keysTokens,
 		replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
 	waitSubscribed(t, pub)
 	waitFor(t, "first-contact replay", func() bool { return h.status("r0").Replays >= 1 })
@@ -403,7 +470,7 @@ func TestGapWithoutReplayIsCountedAndStreamGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close() })
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint()})))
+	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint()})))
 	waitSubscribed(t, pub)
 	publish(t, pub, st[stepPrompt])
 	pub.Skip(st[stepDecode])
@@ -419,7 +486,7 @@ func TestRestartedPublisherClearsReplica(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 100)
 	ep, rep := pub.Endpoint(), pub.ReplayEndpoint()
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: ep, replay: rep})))
+	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: ep, replay: rep})))
 	waitSubscribed(t, pub)
 	publish(t, pub, st[stepPrompt], st[stepDecode])
 	waitFor(t, "seq 1", func() bool { return h.status("r0").LastSeq == 1 })
@@ -452,7 +519,7 @@ func TestRestartedPublisherClearsReplica(t *testing.T) {
 func TestUnknownEventTypeSkippedAndGarbageDropped(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 100)
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
+	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
 	waitSubscribed(t, pub)
 	unknown := enc(t, []any{1767225600.25, []any{kv{"type", "BlockPinned", "block_hashes", []any{1}}}, 0})
 	publish(t, pub, unknown, []byte("\x93garbage"), st[stepPrompt])
@@ -501,7 +568,7 @@ func TestDataParallelRankOneListensOnPortPlusOne(t *testing.T) {
 		t.Cleanup(func() { p.Close() })
 		pubs = append(pubs, p)
 	}
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "dp", dp: 2,
+	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "dp", dp: 2,
 		events: fmt.Sprintf("tcp://127.0.0.1:%d", ev), replay: fmt.Sprintf("tcp://127.0.0.1:%d", rp)})))
 	if got := h.rank("dp/dp1").events; got != fmt.Sprintf("tcp://127.0.0.1:%d", ev+1) {
 		t.Fatalf("rank 1 events endpoint %s", got)
@@ -524,8 +591,8 @@ func TestDataParallelRankOneListensOnPortPlusOne(t *testing.T) {
 func TestSlowIndexFillsBoundedQueueAndReplayRecovers(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 100)
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()}))
-	cfg.Ingest.QueueSize = 2
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()}))
+	cfg.Settings.QueueSize = 2
 	gate := make(chan struct{})
 	var blocked sync.Once
 	slow := func() {
@@ -568,10 +635,10 @@ func TestBindModeTellsEnginesApartByTopic(t *testing.T) {
 	}
 	bind := "tcp://" + l.Addr().String()
 	l.Close()
-	cfg := baseConfig(poolConfig("p", config.KeysTokens,
+	cfg := baseConfig(poolConfig("p", keysTokens,
 		replicaSpec{name: "a", topic: "engine-a"},
 		replicaSpec{name: "b", topic: "unused", address: "10.1.2.3:8000"}))
-	cfg.Ingest.Bind = bind
+	cfg.Settings.Bind = bind
 	h := start(t, cfg)
 	dial := func(topic string) *vllmzmq.Publisher {
 		var p *vllmzmq.Publisher
@@ -644,14 +711,14 @@ func TestPublisherReplayMatchesVLLMFrames(t *testing.T) {
 func TestDebugHandlerAndReplicaRemovedFromConfig(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 100)
-	cfg := baseConfig(poolConfig("p", config.KeysEngine, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()}))
+	cfg := baseConfig(poolConfig("p", keysEngine, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()}))
 	// An index that still holds a replica the config no longer names.
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
 	pid, _ := ix.AddPool("p")
 	r0, _ := ix.AddReplica(pid, "r0")
 	gone, _ := ix.AddReplica(pid, "gone")
 	ix.Store(gone, []index.BlockKey{1, 2, 3}, index.TierGPU)
-	mgr, err := New(Options{Config: cfg, Index: ix, Logger: quietLog})
+	mgr, err := newManager(t, ix, cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,9 +762,26 @@ func TestDebugHandlerAndReplicaRemovedFromConfig(t *testing.T) {
 }
 
 func TestNewRejectsUnregisteredReplicasAndIPCWithRanks(t *testing.T) {
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: "tcp://127.0.0.1:1"}))
-	if _, err := New(Options{Config: cfg, Index: index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})}); err == nil {
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: "tcp://127.0.0.1:1"}))
+	pools := resolvePools(t, index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20}), cfg)
+	if _, err := New(Options{Settings: cfg.Settings, Pools: pools, Index: index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})}); err == nil {
 		t.Error("pool missing from the index accepted")
+	}
+	// The layout's own index, but inputs ingest must not guess at.
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
+	pools = resolvePools(t, ix, cfg)
+	noKeys := slices.Clone(pools)
+	noKeys[0].Keys = nil
+	if _, err := New(Options{Settings: cfg.Settings, Pools: noKeys, Index: ix}); err == nil {
+		t.Error("pool without Keys accepted")
+	}
+	unbounded := cfg.Settings
+	unbounded.MaxMessageBytes = 0
+	if _, err := New(Options{Settings: unbounded, Pools: pools, Index: ix}); err == nil {
+		t.Error("MaxMessageBytes 0 accepted (ingest applies no defaults)")
+	}
+	if _, err := New(Options{Settings: cfg.Settings, Pools: pools, Index: ix, Logger: quietLog}); err != nil {
+		t.Errorf("the layout itself: %v", err)
 	}
 	if _, err := offsetEndpoint("ipc:///tmp/kv", 1); err == nil {
 		t.Error("ipc endpoint with DP rank 1 accepted")
@@ -734,7 +818,7 @@ func TestTopicConvention(t *testing.T) {
 // parent_unknown.
 func TestParentHashZeroIsARootBlock(t *testing.T) {
 	pub := newPublisher(t, "", 10)
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "sim", events: pub.Endpoint()})))
+	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "sim", events: pub.Endpoint()})))
 	waitSubscribed(t, pub)
 	tokens := []any{}
 	for _, tok := range promptTokens[:8] {
@@ -760,8 +844,8 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 	st := steps(t)
 	bind := freeEndpoint(t)
 	replay := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a", replay: replay}))
-	cfg.Ingest.Bind = bind
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a", replay: replay}))
+	cfg.Settings.Bind = bind
 	h := start(t, cfg)
 	var engine *vllmzmq.Publisher
 	waitFor(t, "the engine dials", func() bool {
@@ -803,7 +887,7 @@ func TestApplierPanicIsRecoveredAndCounted(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 10)
 	var once sync.Once
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})),
+	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})),
 		func(m *Manager) {
 			m.tuning.beforeApply = func() { once.Do(func() { panic("injected") }) }
 		})
@@ -823,7 +907,7 @@ func TestApplierPanicIsRecoveredAndCounted(t *testing.T) {
 func TestLargeBatchDoesNotPinDecodeBuffers(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 10)
-	h := start(t, baseConfig(poolConfig("p", config.KeysEngine, replicaSpec{name: "r0", events: pub.Endpoint()})))
+	h := start(t, baseConfig(poolConfig("p", keysEngine, replicaSpec{name: "r0", events: pub.Endpoint()})))
 	waitSubscribed(t, pub)
 	const blocks = 1 << 16
 	hashes, tokens := make([]any, blocks), make([]any, 4*blocks)
@@ -859,10 +943,10 @@ func TestBindModeReplaysIdleEnginesAtStart(t *testing.T) {
 	idle := newPublisher(t, "engine-a", 10) // its live PUB is never connected: an idle engine
 	idle.Skip(st[stepPrompt])
 	late := freeEndpoint(t) // an engine whose replay socket comes up after kvroute
-	cfg := baseConfig(poolConfig("p", config.KeysTokens,
+	cfg := baseConfig(poolConfig("p", keysTokens,
 		replicaSpec{name: "a", topic: "engine-a", replay: idle.ReplayEndpoint()},
 		replicaSpec{name: "b", topic: "engine-b", replay: late}))
-	cfg.Ingest.Bind = freeEndpoint(t)
+	cfg.Settings.Bind = freeEndpoint(t)
 	h := start(t, cfg)
 	waitFor(t, "the idle engine's blocks", func() bool {
 		return h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})) == 2
@@ -885,7 +969,7 @@ func TestBindModeReplaysIdleEnginesAtStart(t *testing.T) {
 func TestDeadEngineIsUnroutableAndItsBlocksDropped(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 10)
-	h := start(t, baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
+	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})))
 	waitSubscribed(t, pub)
 	publish(t, pub, st[stepPrompt])
 	prompt := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
@@ -936,8 +1020,8 @@ func TestRestartPastTheOldSeqIsDetected(t *testing.T) {
 	startTime.Store(1767225600)
 	pub := newPublisher(t, "", 100)
 	ep, rep := pub.Endpoint(), pub.ReplayEndpoint()
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: ep, replay: rep, metrics: startTimeMetrics(t, &startTime)}))
-	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: ep, replay: rep, metrics: startTimeMetrics(t, &startTime)}))
+	cfg.Settings.ScrapeInterval = 20 * time.Millisecond
 	h := start(t, cfg)
 	waitSubscribed(t, pub)
 	publish(t, pub, st[stepPrompt], st[stepDecode])
@@ -973,8 +1057,8 @@ func TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded(t *testing.T) {
 	var startTime atomic.Int64
 	startTime.Store(1767225600)
 	pub := newPublisher(t, "", 100)
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), metrics: startTimeMetrics(t, &startTime)}))
-	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), metrics: startTimeMetrics(t, &startTime)}))
+	cfg.Settings.ScrapeInterval = 20 * time.Millisecond
 	h := start(t, cfg)
 	waitSubscribed(t, pub)
 	publish(t, pub, st[stepPrompt])
@@ -994,8 +1078,8 @@ func TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded(t *testing.T) {
 func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
 	st := steps(t)
 	bind := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-	cfg.Ingest.Bind = bind
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Settings.Bind = bind
 	h := start(t, cfg)
 	var engine *vllmzmq.Publisher
 	waitFor(t, "the engine dials", func() bool {

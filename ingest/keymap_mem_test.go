@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
@@ -21,20 +20,15 @@ func tokensManager(tb testing.TB, replicas, maxEntries int) (*Manager, *index.In
 	for i := range replicas {
 		specs = append(specs, replicaSpec{name: fmt.Sprintf("r%d", i)})
 	}
-	pool := poolConfig("p", config.KeysTokens, specs...)
+	pool := poolConfig("p", keysTokens, specs...)
 	pool.BlockSize = benchBlockSize
-	pool.Hash.Seed = nil
+	pool.Seed = nil
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: maxEntries})
-	pid, _ := ix.AddPool("p")
-	for _, s := range specs {
-		if _, err := ix.AddReplica(pid, s.name); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	m, err := New(Options{Config: baseConfig(pool), Index: ix, Logger: quietLog})
+	m, err := newManager(tb, ix, baseConfig(pool), Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	pid, _ := ix.PoolByName("p")
 	return m, ix, pid
 }
 

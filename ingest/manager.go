@@ -17,29 +17,81 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
 
-// Options configures a Manager.
+// Options configures a Manager. The caller (package server) resolves the
+// pool → replica → DP-rank layout once and hands it here as Pools; ingest
+// reads no config file and applies no defaults: every value is taken as
+// given.
 type Options struct {
-	Config     *config.Config
+	Settings   Settings
+	Pools      []Pool
 	Index      *index.Index
 	Logger     *slog.Logger          // nil → slog.Default()
 	Registerer prometheus.Registerer // nil → no metrics registered
 	Now        func() time.Time      // nil → time.Now
 }
 
+// Settings tunes the subscribers and the scraper.
+type Settings struct {
+	// Bind, when set (e.g. tcp://0.0.0.0:5557), binds one SUB socket that
+	// engines connect to; ranks are then told apart by topic.
+	Bind string
+	// QueueSize bounds each rank's decoded-batch queue (at least 1 is used).
+	QueueSize int
+	// ReconnectMaxBackoff caps the backoff between reconnects.
+	ReconnectMaxBackoff time.Duration
+	// ScrapeInterval is how often each replica's /metrics is read; 0 disables.
+	ScrapeInterval time.Duration
+	// ScrapeTimeout bounds one /metrics request.
+	ScrapeTimeout time.Duration
+	// HealthInterval is how often each replica's /health is probed; 0
+	// disables (probe.go).
+	HealthInterval time.Duration
+	// MaxMessageBytes bounds one ZeroMQ message (and so each of its frames)
+	// on every ingest socket; must be positive.
+	MaxMessageBytes int64
+}
+
+// Pool is one pool as registered in the index, with its ranks in layout
+// order (a replica's ranks consecutive, DP rank 0 first).
+type Pool struct {
+	Name         string
+	ID           index.PoolID
+	Models       []string // request model names: bind-mode topics may name one
+	LoRAAdapters []string
+	// Keys owns the pool's key mode, hash algorithm and seed (nil: no
+	// self-check), block size and key builders. The router holds the same
+	// object: when no block size is configured, ingest learns it (Learn)
+	// from the engines' events or /metrics and the router keys at it.
+	Keys  *blockhash.PoolKeys
+	Ranks []Rank
+}
+
+// Rank is one routable engine: data-parallel rank DPRank of DPSize of the
+// replica ReplicaName.
+type Rank struct {
+	Replica     index.Replica // its handle in the index
+	Name        string        // its name in the index, logs and metrics
+	ReplicaName string
+	Address     string // ip:port of the replica's API server
+	DPRank      int
+	DPSize      int
+	// The replica's endpoints as configured: ingest offsets Events and
+	// Replay by DPRank (vLLM's convention, offsetEndpoint).
+	Events, Replay, Topic, Metrics string
+}
+
 // Manager runs the subscribers and scrapers of every configured replica.
 type Manager struct {
-	cfg    *config.Config
+	set    Settings
 	ix     *index.Index
 	log    *slog.Logger
 	now    func() time.Time
@@ -49,10 +101,8 @@ type Manager struct {
 	httpc  *http.Client
 	tuning tuning
 
-	// maxMessageBytes caps every ZeroMQ message and frame (zmtp.go);
-	// limits holds the capped sockets' limit per socket kind.
-	maxMessageBytes int64
-	limits          map[string]*frameLimit
+	// limits holds the capped sockets' limit per socket kind (zmtp.go).
+	limits map[string]*frameLimit
 
 	// bind mode: topic → ranks (by DP rank), resolved lazily and cached.
 	topicMu    sync.Mutex
@@ -65,29 +115,29 @@ type tuning struct {
 	replayTimeout time.Duration
 	keyMapCap     int
 	beforeApply   func() // test hook: runs before each batch is applied (a slow index)
+	noSelfCheck   bool   // benchmarks: random engine hashes would all mismatch
 }
 
 var defaultTuning = tuning{minBackoff: 100 * time.Millisecond, replayTimeout: 10 * time.Second, keyMapCap: 1 << 20}
 
 // poolState is one pool's shared ingest state.
 type poolState struct {
-	cfg       *config.Pool
-	id        index.PoolID
-	algo      blockhash.Algorithm // zero when the name does not parse
-	learnedBS atomic.Int64
-	mu        sync.Mutex
-	keyer     atomic.Pointer[blockhash.TokenKeyer]
-	engine    atomic.Pointer[blockhash.Engine]
+	in   Pool
+	keys *blockhash.PoolKeys // in.Keys
 }
 
-// New checks the config against the index (every pool and replica rank must
-// be registered) and prepares the subscribers; nothing runs until Run.
+// New checks the pools against the index (every pool and rank handle must
+// be registered there) and prepares the subscribers; nothing runs until Run.
+// Replicas the index holds in a pool but Pools does not name are cleared.
 func New(opts Options) (*Manager, error) {
-	if opts.Config == nil || opts.Index == nil {
-		return nil, errors.New("ingest: Config and Index are required")
+	if opts.Index == nil {
+		return nil, errors.New("ingest: Index is required")
+	}
+	if opts.Settings.MaxMessageBytes <= 0 {
+		return nil, fmt.Errorf("ingest: MaxMessageBytes %d must be positive", opts.Settings.MaxMessageBytes)
 	}
 	m := &Manager{
-		cfg: opts.Config, ix: opts.Index, log: opts.Logger, now: opts.Now,
+		set: opts.Settings, ix: opts.Index, log: opts.Logger, now: opts.Now,
 		m: newMetrics(opts.Registerer), tuning: defaultTuning,
 		topicCache: map[string][]*rankState{},
 	}
@@ -97,76 +147,71 @@ func New(opts Options) (*Manager, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
-	m.httpc = &http.Client{Timeout: max(m.cfg.Ingest.ScrapeTimeout.Std(), time.Millisecond)}
-	m.maxMessageBytes = int64(m.cfg.Ingest.MaxMessageBytes)
-	if m.maxMessageBytes <= 0 {
-		m.maxMessageBytes = config.DefaultMaxMessageBytes
-	}
+	m.httpc = &http.Client{Timeout: max(m.set.ScrapeTimeout, time.Millisecond)}
 	m.limits = map[string]*frameLimit{}
 	for _, kind := range []string{sockBind, sockEvents, sockReplay} {
 		m.limits[kind] = m.frameLimit(kind)
 	}
-	for i := range m.cfg.Pools {
-		pc := &m.cfg.Pools[i]
-		pid, ok := m.ix.PoolByName(pc.Name)
-		if !ok {
-			return nil, fmt.Errorf("ingest: pool %s is not registered in the index", pc.Name)
+	replica := 0
+	for _, p := range opts.Pools {
+		if pid, ok := m.ix.PoolByName(p.Name); !ok || pid != p.ID {
+			return nil, fmt.Errorf("ingest: pool %s is not registered in the index", p.Name)
 		}
-		ps := &poolState{cfg: pc, id: pid}
-		if a, err := blockhash.ParseAlgorithm(pc.Hash.Algorithm); err == nil {
-			ps.algo = a
+		if p.Keys == nil || p.Keys.Pool() != p.Name {
+			return nil, fmt.Errorf("ingest: pool %s: Keys missing or for another pool", p.Name)
 		}
+		ps := &poolState{in: p, keys: p.Keys}
+		ps.in.Ranks = nil // the ranks live in m.ranks
 		m.pools = append(m.pools, ps)
-		byName := map[string]index.Replica{}
-		for _, st := range m.ix.Replicas(pid) {
-			byName[st.Name] = st.Replica
+		registered := map[index.Replica]string{}
+		for _, st := range m.ix.Replicas(p.ID) {
+			registered[st.Replica] = st.Name
 		}
-		known := map[string]bool{}
-		for j := range pc.Replicas {
-			rc := &pc.Replicas[j]
-			for rank := 0; rank < max(rc.DataParallelSize, 1); rank++ {
-				name := rc.RankName(rank)
-				r, ok := byName[name]
-				if !ok {
-					return nil, fmt.Errorf("ingest: pool %s: replica %s is not registered in the index", pc.Name, name)
-				}
-				known[name] = true
-				rs, err := m.newRank(ps, rc, rank, r)
-				if err != nil {
-					return nil, err
-				}
-				m.ranks = append(m.ranks, rs)
+		known := map[index.Replica]bool{}
+		for i, rk := range p.Ranks {
+			if name, ok := registered[rk.Replica]; !ok || name != rk.Name {
+				return nil, fmt.Errorf("ingest: pool %s: replica %s is not registered in the index", p.Name, rk.Name)
 			}
+			known[rk.Replica] = true
+			if i > 0 && (rk.DPRank == 0 || rk.ReplicaName != p.Ranks[i-1].ReplicaName) {
+				replica++
+			}
+			rs, err := m.newRank(ps, rk, replica)
+			if err != nil {
+				return nil, err
+			}
+			m.ranks = append(m.ranks, rs)
 		}
-		// Replicas the index holds but the config no longer names are cleared.
-		for name, r := range byName {
-			if !known[name] {
+		replica++
+		// Replicas the index holds but the layout no longer names are cleared.
+		for r, name := range registered {
+			if !known[r] {
 				m.ix.Clear(r)
-				m.log.Info("ingest: cleared replica no longer in the config", "pool", pc.Name, "replica", name)
+				m.log.Info("ingest: cleared replica no longer in the config", "pool", p.Name, "replica", name)
 			}
 		}
 	}
 	return m, nil
 }
 
-func (m *Manager) newRank(ps *poolState, rc *config.Replica, rank int, r index.Replica) (*rankState, error) {
+func (m *Manager) newRank(ps *poolState, rk Rank, replica int) (*rankState, error) {
 	rs := &rankState{
-		mgr: m, pool: ps, cfg: rc, rank: rank, name: rc.RankName(rank), r: r,
-		queue: make(chan liveBatch, max(m.cfg.Ingest.QueueSize, 1)),
+		mgr: m, pool: ps, in: rk, replica: replica, rank: rk.DPRank, name: rk.Name, r: rk.Replica,
+		queue: make(chan liveBatch, max(m.set.QueueSize, 1)),
 		wake:  make(chan struct{}, 1),
 		dec:   vllmevent.NewDecoder(),
 	}
-	rs.met = m.m.forRank(ps.cfg.Name, rs.name)
+	rs.met = m.m.forRank(ps.in.Name, rs.name)
 	rs.keys = newKeyMap(min(m.tuning.keyMapCap, int(m.ix.MaxEntries())), m.ix.AccountAliases)
 	var err error
-	if rc.Events != "" && m.cfg.Ingest.Bind == "" {
-		if rs.events, err = offsetEndpoint(rc.Events, rank); err != nil {
-			return nil, fmt.Errorf("ingest: pool %s replica %s events: %w", ps.cfg.Name, rs.name, err)
+	if rk.Events != "" && m.set.Bind == "" {
+		if rs.events, err = offsetEndpoint(rk.Events, rk.DPRank); err != nil {
+			return nil, fmt.Errorf("ingest: pool %s replica %s events: %w", ps.in.Name, rs.name, err)
 		}
 	}
-	if rc.Replay != "" {
-		if rs.replay, err = offsetEndpoint(rc.Replay, rank); err != nil {
-			return nil, fmt.Errorf("ingest: pool %s replica %s replay: %w", ps.cfg.Name, rs.name, err)
+	if rk.Replay != "" {
+		if rs.replay, err = offsetEndpoint(rk.Replay, rk.DPRank); err != nil {
+			return nil, fmt.Errorf("ingest: pool %s replica %s replay: %w", ps.in.Name, rs.name, err)
 		}
 	}
 	return rs, nil
@@ -180,7 +225,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if m.cfg.Ingest.Bind != "" {
+	if m.set.Bind != "" {
 		socks, err := m.bindSockets(ctx)
 		if err != nil {
 			return err
@@ -198,30 +243,18 @@ func (m *Manager) Run(ctx context.Context) error {
 			wg.Go(func() { m.supervise(ctx, compSubscriber, func() { rs.subscribeLoop(ctx) }) })
 		}
 	}
-	if iv := m.cfg.Ingest.ScrapeInterval.Std(); iv > 0 {
+	if iv := m.set.ScrapeInterval; iv > 0 {
 		for _, sc := range m.scrapers() {
 			wg.Go(func() { m.supervise(ctx, compScraper, func() { sc.loop(ctx, iv) }) })
 		}
 	}
-	if iv := m.cfg.Ingest.HealthInterval.Std(); iv > 0 {
+	if iv := m.set.HealthInterval; iv > 0 {
 		for _, pr := range m.probers() {
 			wg.Go(func() { m.supervise(ctx, compProber, func() { pr.loop(ctx, iv) }) })
 		}
 	}
 	<-ctx.Done()
 	return nil
-}
-
-// BlockSize returns the function that reports the pool's block size in
-// tokens — configured, else learned from events or /metrics, else 0 — with
-// the pool resolved once: the router calls it on every request.
-func (m *Manager) BlockSize(pool string) func() int {
-	for _, ps := range m.pools {
-		if ps.cfg.Name == pool {
-			return ps.blockSize
-		}
-	}
-	return func() int { return 0 }
 }
 
 // Ready reports whether every pool has at least one replica rank with a live
@@ -249,61 +282,5 @@ func (m *Manager) loadFresh(rs *rankState) bool {
 	if !ok || st.LoadAt.IsZero() {
 		return false
 	}
-	return m.now().Sub(st.LoadAt) <= max(3*m.cfg.Ingest.ScrapeInterval.Std(), 5*time.Second)
-}
-
-func (ps *poolState) blockSize() int {
-	if ps.cfg.BlockSize > 0 {
-		return ps.cfg.BlockSize
-	}
-	return int(ps.learnedBS.Load())
-}
-
-// learnBlockSize records the engines' block size when the config leaves it
-// to them; the first value wins.
-func (ps *poolState) learnBlockSize(bs int) bool {
-	if ps.cfg.BlockSize > 0 || bs <= 0 {
-		return false
-	}
-	return ps.learnedBS.CompareAndSwap(0, int64(bs))
-}
-
-// tokenKeyer returns the pool's keyer for its block size, built once.
-func (ps *poolState) tokenKeyer(bs int) *blockhash.TokenKeyer {
-	if k := ps.keyer.Load(); k != nil && k.BlockSize() == bs {
-		return k
-	}
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if k := ps.keyer.Load(); k != nil && k.BlockSize() == bs {
-		return k
-	}
-	k, err := blockhash.NewTokenKeyer(ps.cfg.Name, bs)
-	if err != nil {
-		return nil
-	}
-	ps.keyer.Store(k)
-	return k
-}
-
-// hashEngine returns the pool's vLLM hasher for the self-check, nil when no
-// seed is configured (vLLM's root hash is then random per process).
-func (ps *poolState) hashEngine(bs int) *blockhash.Engine {
-	if ps.cfg.Hash.Seed == nil || ps.algo == 0 {
-		return nil
-	}
-	if e := ps.engine.Load(); e != nil && e.BlockSize() == bs {
-		return e
-	}
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if e := ps.engine.Load(); e != nil && e.BlockSize() == bs {
-		return e
-	}
-	e, err := blockhash.NewEngine(ps.algo, ps.cfg.Hash.Seed, bs)
-	if err != nil {
-		return nil
-	}
-	ps.engine.Store(e)
-	return e
+	return m.now().Sub(st.LoadAt) <= max(3*m.set.ScrapeInterval, 5*time.Second)
 }

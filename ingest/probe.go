@@ -31,7 +31,7 @@ type prober struct {
 func (m *Manager) probers() []*prober {
 	var out []*prober
 	for _, sc := range m.scrapers() {
-		u, err := url.Parse(sc.cfg.Metrics)
+		u, err := url.Parse(sc.url)
 		if err != nil || u.Host == "" {
 			continue
 		}

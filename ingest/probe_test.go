@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/kvroute/kvroute/config"
 )
 
 // A frozen engine (SIGSTOP: the connection is accepted, nothing answers)
@@ -37,9 +35,9 @@ func TestHealthProbeMakesFrozenOrDeadEngineUnroutable(t *testing.T) {
 		fmt.Fprint(w, oldVLLMMetrics)
 	}))
 	defer srv.Close()
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL + "/metrics"}))
-	cfg.Ingest.ScrapeInterval = config.Duration(time.Hour) // only the first scrape runs
-	cfg.Ingest.HealthInterval = config.Duration(20 * time.Millisecond)
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", metrics: srv.URL + "/metrics"}))
+	cfg.Settings.ScrapeInterval = time.Hour // only the first scrape runs
+	cfg.Settings.HealthInterval = 20 * time.Millisecond
 	h := start(t, cfg)
 	healthy := func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return st.Healthy }
 	waitFor(t, "a reading", func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return !st.LoadAt.IsZero() && st.Healthy })

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
@@ -14,15 +13,16 @@ import (
 // (or the bind-mode reader) only enqueues; its applier goroutine owns the
 // sequence state, the decoder and the key map, and does every index write.
 type rankState struct {
-	mgr    *Manager
-	pool   *poolState
-	cfg    *config.Replica
-	rank   int
-	name   string
-	r      index.Replica
-	events string // connect mode: this rank's PUB endpoint
-	replay string // this rank's ROUTER endpoint, "" without replay
-	met    *rankMetrics
+	mgr     *Manager
+	pool    *poolState
+	in      Rank
+	replica int // identifies the rank's replica among all ranks
+	rank    int
+	name    string
+	r       index.Replica
+	events  string // connect mode: this rank's PUB endpoint
+	replay  string // this rank's ROUTER endpoint, "" without replay
+	met     *rankMetrics
 
 	queue          chan liveBatch
 	wake           chan struct{}
@@ -123,9 +123,9 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 			return
 		}
 		retry = time.After(backoff)
-		backoff = min(2*backoff, max(rs.mgr.cfg.Ingest.ReconnectMaxBackoff.Std(), rs.mgr.tuning.minBackoff))
+		backoff = min(2*backoff, max(rs.mgr.set.ReconnectMaxBackoff, rs.mgr.tuning.minBackoff))
 	}
-	if rs.mgr.cfg.Ingest.Bind != "" && !rs.seq.have {
+	if rs.mgr.set.Bind != "" && !rs.seq.have {
 		initial()
 	}
 	for {
@@ -184,7 +184,7 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 	rs.firstLiveAfterGone(b.seq)
 	s := &rs.seq
 	if s.haveTopic && b.topic != s.topic {
-		rs.mgr.log.Warn("ingest: publisher topic changed; treating as a restart", "pool", rs.pool.cfg.Name, "replica", rs.name)
+		rs.mgr.log.Warn("ingest: publisher topic changed; treating as a restart", "pool", rs.pool.in.Name, "replica", rs.name)
 		rs.restart(ctx, b.seq)
 	}
 	s.topic, s.haveTopic = b.topic, true
@@ -263,14 +263,14 @@ func (rs *rankState) implausibleJump(seq uint64, why string) {
 	rs.met.seqJumps.Inc()
 	rs.st.update(func(st *rankStatus) { st.SeqJumps++ })
 	rs.seq.haveLive = false
-	rs.mgr.log.Warn("ingest: dropped a batch with an implausible sequence jump", "pool", rs.pool.cfg.Name, "replica", rs.name,
+	rs.mgr.log.Warn("ingest: dropped a batch with an implausible sequence jump", "pool", rs.pool.in.Name, "replica", rs.name,
 		"seq", seq, "last_seq", rs.seq.last, "reason", why)
 }
 
 // restart handles a publisher that started over: forget the replica's
 // blocks and sequence, then resync from the new stream's beginning.
 func (rs *rankState) restart(ctx context.Context, seq uint64) {
-	rs.mgr.log.Info("ingest: publisher restarted; clearing replica", "pool", rs.pool.cfg.Name, "replica", rs.name, "seq", seq, "last_seq", rs.seq.last)
+	rs.mgr.log.Info("ingest: publisher restarted; clearing replica", "pool", rs.pool.in.Name, "replica", rs.name, "seq", seq, "last_seq", rs.seq.last)
 	rs.dropAll()
 	rs.countRestart("seq_backwards")
 	rs.seq.initialDone = true
@@ -323,7 +323,7 @@ func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) (
 	switch {
 	case err != nil:
 		rs.met.replayFailed.Inc()
-		rs.mgr.log.Warn("ingest: replay failed", "pool", rs.pool.cfg.Name, "replica", rs.name, "start_seq", start, "err", err)
+		rs.mgr.log.Warn("ingest: replay failed", "pool", rs.pool.in.Name, "replica", rs.name, "start_seq", start, "err", err)
 		rs.st.update(func(st *rankStatus) {
 			st.Replays++
 			st.Partial = true

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 )
 
@@ -32,7 +31,8 @@ const maxScrapeBytes = 16 << 20
 type scraper struct {
 	m     *Manager
 	pool  *poolState
-	cfg   *config.Replica
+	name  string       // the replica's name
+	url   string       // its /metrics URL
 	ranks []*rankState // by DP rank
 	fails int
 	prevQ map[int][2]float64 // rank → last (queries, hits)
@@ -47,15 +47,15 @@ type scraper struct {
 
 func (m *Manager) scrapers() []*scraper {
 	var out []*scraper
-	byCfg := map[*config.Replica]*scraper{}
+	byReplica := map[int]*scraper{}
 	for _, rs := range m.ranks {
-		if rs.cfg.Metrics == "" {
+		if rs.in.Metrics == "" {
 			continue
 		}
-		sc := byCfg[rs.cfg]
+		sc := byReplica[rs.replica]
 		if sc == nil {
-			sc = &scraper{m: m, pool: rs.pool, cfg: rs.cfg, prevQ: map[int][2]float64{}, warn: map[string]string{}, invalid: map[int]bool{}, dropsAt: map[int]int64{}}
-			byCfg[rs.cfg] = sc
+			sc = &scraper{m: m, pool: rs.pool, name: rs.in.ReplicaName, url: rs.in.Metrics, prevQ: map[int][2]float64{}, warn: map[string]string{}, invalid: map[int]bool{}, dropsAt: map[int]int64{}}
+			byReplica[rs.replica] = sc
 			out = append(out, sc)
 		}
 		sc.ranks = append(sc.ranks, rs)
@@ -111,9 +111,9 @@ func (sc *scraper) scrape(ctx context.Context) {
 			}
 		}
 		if sc.fails == unhealthyAfter {
-			sc.m.log.Warn("ingest: /metrics unreachable", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "url", sc.cfg.Metrics, "err", err)
+			sc.m.log.Warn("ingest: /metrics unreachable", "pool", sc.pool.in.Name, "replica", sc.name, "url", sc.url, "err", err)
 		}
-		sc.m.log.Debug("ingest: /metrics scrape failed", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "err", err)
+		sc.m.log.Debug("ingest: /metrics scrape failed", "pool", sc.pool.in.Name, "replica", sc.name, "err", err)
 		return
 	}
 	sc.fails = 0
@@ -130,7 +130,7 @@ func (sc *scraper) scrape(ctx context.Context) {
 			rs.setScrape(true, downInvalidLoad)
 			if !sc.invalid[rs.rank] {
 				sc.invalid[rs.rank] = true
-				sc.m.log.Warn("ingest: /metrics load sample rejected; replica unhealthy until a valid reading", "pool", sc.pool.cfg.Name, "replica", rs.name, "err", err)
+				sc.m.log.Warn("ingest: /metrics load sample rejected; replica unhealthy until a valid reading", "pool", sc.pool.in.Name, "replica", rs.name, "err", err)
 			}
 			continue
 		}
@@ -196,7 +196,7 @@ func (sc *scraper) finite(fams map[string]*dto.MetricFamily, rank int, names ...
 }
 
 func (sc *scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sc.cfg.Metrics, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sc.url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +208,11 @@ func (sc *scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, err
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("GET %s: %s", sc.cfg.Metrics, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", sc.url, resp.Status)
 	}
 	fams, err := parseMetrics(io.LimitReader(resp.Body, maxScrapeBytes))
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", sc.cfg.Metrics, err)
+		return nil, fmt.Errorf("parse %s: %w", sc.url, err)
 	}
 	return fams, nil
 }
@@ -249,7 +249,7 @@ func (sc *scraper) sample(f *dto.MetricFamily, rank int) *dto.Metric {
 			continue
 		}
 		model, ok := label(m, labelModelName)
-		if !ok || slices.Contains(sc.pool.cfg.Models, model) || slices.Contains(sc.pool.cfg.LoRAAdapters, model) {
+		if !ok || slices.Contains(sc.pool.in.Models, model) || slices.Contains(sc.pool.in.LoRAAdapters, model) {
 			return m
 		}
 		if fallback == nil {
@@ -291,16 +291,18 @@ func (sc *scraper) checkCacheConfig(fams map[string]*dto.MetricFamily) {
 	ps := sc.pool
 	if v, ok := label(m, labelBlockSize); ok {
 		if bs, err := strconv.Atoi(v); err == nil && bs > 0 {
-			if ps.learnBlockSize(bs) {
-				sc.m.log.Info("ingest: learned block size from /metrics", "pool", ps.cfg.Name, "block_size", bs)
+			if ps.keys.Learn(bs) {
+				sc.m.log.Info("ingest: learned block size from /metrics", "pool", ps.in.Name, "block_size", bs)
 			}
-			if ps.cfg.BlockSize > 0 && bs != ps.cfg.BlockSize {
-				sc.mismatch("block_size", v, func() { sc.ranks[0].met.mismatchBS.Inc() }, "configured", ps.cfg.BlockSize)
+			if c := ps.keys.ConfiguredBlockSize(); c > 0 && bs != c {
+				sc.mismatch("block_size", v, func() { sc.ranks[0].met.mismatchBS.Inc() }, "configured", c)
 			}
 		}
 	}
-	if v, ok := label(m, labelHashAlgorithm); ok && v != "" && (ps.cfg.IsEngineKeys() || ps.cfg.Hash.Seed != nil) && v != ps.cfg.Hash.Algorithm {
-		sc.mismatch("hash_algorithm", v, func() { sc.ranks[0].met.mismatchAlgo.Inc() }, "configured", ps.cfg.Hash.Algorithm)
+	if v, ok := label(m, labelHashAlgorithm); ok && v != "" && (ps.keys.EngineKeys() || ps.keys.Seed() != nil) {
+		if a := ps.keys.Algorithm(); a != 0 && v != a.String() {
+			sc.mismatch("hash_algorithm", v, func() { sc.ranks[0].met.mismatchAlgo.Inc() }, "configured", a.String())
+		}
 	}
 }
 
@@ -311,7 +313,7 @@ func (sc *scraper) mismatch(field, engineValue string, count func(), args ...any
 	}
 	sc.warn[field] = engineValue
 	sc.m.log.Warn("ingest: engine cache config disagrees with the pool config",
-		append([]any{"pool", sc.pool.cfg.Name, "replica", sc.cfg.Name, "field", field, "engine", engineValue}, args...)...)
+		append([]any{"pool", sc.pool.in.Name, "replica", sc.name, "field", field, "engine", engineValue}, args...)...)
 }
 
 // checkStartTime watches the engine's process_start_time_seconds: a new
@@ -330,7 +332,7 @@ func (sc *scraper) checkStartTime(fams map[string]*dto.MetricFamily) {
 	prev := sc.startTime
 	sc.startTime = v
 	if prev != 0 && v != prev {
-		sc.m.log.Info("ingest: engine process start time changed", "pool", sc.pool.cfg.Name, "replica", sc.cfg.Name)
+		sc.m.log.Info("ingest: engine process start time changed", "pool", sc.pool.in.Name, "replica", sc.name)
 		for _, rs := range sc.ranks {
 			rs.engineRestarted(sc.dropsAt[rs.rank])
 		}

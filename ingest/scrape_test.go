@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 )
 
@@ -49,20 +48,14 @@ vllm:num_requests_waiting{model_name="other-name"} 7
 vllm:gpu_cache_usage_perc{model_name="other-name"} 0.75
 `
 
-func newScrapeManager(t *testing.T, pool config.Pool) (*Manager, *index.Index, *prometheus.Registry) {
+func newScrapeManager(t *testing.T, pool testPool) (*Manager, *index.Index, *prometheus.Registry) {
 	t.Helper()
 	cfg := baseConfig(pool)
-	cfg.Ingest.ScrapeInterval = config.Duration(10 * time.Millisecond)
+	cfg.Settings.ScrapeInterval = 10 * time.Millisecond
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
-	pid, _ := ix.AddPool(pool.Name)
-	for _, r := range pool.Replicas {
-		for rank := range r.DataParallelSize {
-			ix.AddReplica(pid, r.RankName(rank))
-		}
-	}
 	reg := prometheus.NewRegistry()
 	now := time.Unix(1767225600, 0)
-	m, err := New(Options{Config: cfg, Index: ix, Registerer: reg, Logger: quietLog, Now: func() time.Time { return now }})
+	m, err := newManager(t, ix, cfg, Options{Registerer: reg, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +69,7 @@ func TestScraperReadsLoadPerEngineAndHitRate(t *testing.T) {
 		fmt.Fprint(w, body.Load().(string))
 	}))
 	defer srv.Close()
-	pool := poolConfig("p", config.KeysEngine, replicaSpec{name: "s", dp: 2, metrics: srv.URL + "/metrics"})
+	pool := poolConfig("p", keysEngine, replicaSpec{name: "s", dp: 2, metrics: srv.URL + "/metrics"})
 	m, ix, reg := newScrapeManager(t, pool)
 	h := &harness{t: t, ix: ix, mgr: m, reg: reg}
 	scs := m.scrapers()
@@ -123,7 +116,7 @@ func TestScraperLearnsBlockSizeFallsBackToOldNamesAndMarksUnhealthy(t *testing.T
 		fmt.Fprint(w, page.Load().(string))
 	}))
 	defer srv.Close()
-	pool := poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL})
+	pool := poolConfig("p", keysTokens, replicaSpec{name: "r0", metrics: srv.URL})
 	pool.BlockSize = 0
 	m, ix, _ := newScrapeManager(t, pool)
 	sc := m.scrapers()[0]
@@ -133,7 +126,7 @@ func TestScraperLearnsBlockSizeFallsBackToOldNamesAndMarksUnhealthy(t *testing.T
 	if want := (index.Load{Running: 2, Waiting: 7, KVUsage: 0.75}); st.Load != want {
 		t.Errorf("load %+v, want %+v", st.Load, want)
 	}
-	if bs := m.BlockSize("p")(); bs != 32 {
+	if bs := m.pools[0].keys.BlockSize(); bs != 32 {
 		t.Errorf("learned block size %d, want 32", bs)
 	}
 	fail.Store(true)
@@ -157,7 +150,7 @@ func TestScrapeLoopRunsUntilCancelled(t *testing.T) {
 		fmt.Fprint(w, oldVLLMMetrics)
 	}))
 	defer srv.Close()
-	m, _, _ := newScrapeManager(t, poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+	m, _, _ := newScrapeManager(t, poolConfig("p", keysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Run(ctx); close(done) }()
@@ -176,7 +169,7 @@ func TestScraperRejectsNonFiniteSamples(t *testing.T) {
 			"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m-p\"} %s\n"+
 			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m-p\"} 0.5\n", bad)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, page) }))
-		m, ix, reg := newScrapeManager(t, poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+		m, ix, reg := newScrapeManager(t, poolConfig("p", keysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
 		sc := m.scrapers()[0]
 		sc.scrape(t.Context())
 		srv.Close()
@@ -198,8 +191,8 @@ func FuzzScrapeParser(f *testing.F) {
 	f.Add(oldVLLMMetrics)
 	f.Add("vllm:num_requests_running NaN\nvllm:num_requests_waiting +Inf\nvllm:kv_cache_usage_perc -1\n")
 	f.Add("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"1\"} 1e308\n")
-	pool := poolConfig("p", config.KeysTokens, replicaSpec{name: "r0"})
-	sc := &scraper{pool: &poolState{cfg: &pool}}
+	pool := poolConfig("p", keysTokens, replicaSpec{name: "r0"})
+	sc := &scraper{pool: &poolState{in: Pool{Name: pool.Name, Models: pool.Models}}}
 	f.Fuzz(func(t *testing.T, body string) {
 		fams, err := parseMetrics(strings.NewReader(body))
 		if err != nil {
@@ -237,9 +230,9 @@ func TestFrozenEngineIsUnroutableWhileItsScrapeStalls(t *testing.T) {
 		fmt.Fprint(w, oldVLLMMetrics)
 	}))
 	defer srv.Close()
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
-	cfg.Ingest.ScrapeInterval = config.Duration(20 * time.Millisecond)
-	cfg.Ingest.ScrapeTimeout = config.Duration(time.Minute)
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
+	cfg.Settings.ScrapeInterval = 20 * time.Millisecond
+	cfg.Settings.ScrapeTimeout = time.Minute
 	h := start(t, cfg)
 	healthy := func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return st.Healthy && !st.LoadAt.IsZero() }
 	waitFor(t, "a first reading", healthy)

@@ -24,7 +24,7 @@ var quietZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
 // subscribeLoop keeps a SUB socket connected to the rank's PUB endpoint,
 // reconnecting with capped exponential backoff and jitter.
 func (rs *rankState) subscribeLoop(ctx context.Context) {
-	minB, maxB := rs.mgr.tuning.minBackoff, max(rs.mgr.cfg.Ingest.ReconnectMaxBackoff.Std(), rs.mgr.tuning.minBackoff)
+	minB, maxB := rs.mgr.tuning.minBackoff, max(rs.mgr.set.ReconnectMaxBackoff, rs.mgr.tuning.minBackoff)
 	backoff := minB
 	warned := false // one warning per outage; the retries log at debug
 	for {
@@ -41,7 +41,7 @@ func (rs *rankState) subscribeLoop(ctx context.Context) {
 		if !warned {
 			lvl, warned = slog.LevelWarn, true
 		}
-		rs.mgr.log.Log(ctx, lvl, "ingest: event stream down; reconnecting", "pool", rs.pool.cfg.Name, "replica", rs.name, "endpoint", rs.events, "err", err, "backoff", backoff)
+		rs.mgr.log.Log(ctx, lvl, "ingest: event stream down; reconnecting", "pool", rs.pool.in.Name, "replica", rs.name, "endpoint", rs.events, "err", err, "backoff", backoff)
 		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
@@ -59,7 +59,7 @@ func (rs *rankState) subscribeOnce(ctx context.Context) error {
 	defer cancel()
 	sub := zmq4.NewSub(withFrameLimit(sctx, rs.mgr.limits[sockEvents]), quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
 	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, rs.cfg.Topic); err != nil {
+	if err := sub.SetOption(zmq4.OptionSubscribe, rs.in.Topic); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
 	if err := sub.Dial(cappedEndpoint(rs.events)); err != nil {
@@ -123,7 +123,7 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 		ranks = max(ranks, rs.rank+1)
 	}
 	var socks []zmq4.Socket
-	bind := loopbackByDefault(m.cfg.Ingest.Bind)
+	bind := loopbackByDefault(m.set.Bind)
 	if !isLoopbackEndpoint(bind) {
 		m.log.Warn("ingest: KV-event socket bound beyond loopback; anyone who reaches it can publish events (no authentication: zmq4 has no CURVE), so only engines may reach this port",
 			"endpoint", bind)
@@ -230,19 +230,19 @@ func (m *Manager) matchTopic(topic string) []*rankState {
 		}
 		return out
 	}
-	if out := ranksOf(func(rs *rankState) bool { return rs.cfg.Topic == topic }); out != nil {
+	if out := ranksOf(func(rs *rankState) bool { return rs.in.Topic == topic }); out != nil {
 		return out
 	}
 	addr, model, ok := topicAddress(topic)
 	if !ok {
 		return nil
 	}
-	out := ranksOf(func(rs *rankState) bool { return addressMatches(rs.cfg.Address, addr) })
-	if len(out) > 0 && out[len(out)-1].cfg != out[0].cfg {
+	out := ranksOf(func(rs *rankState) bool { return addressMatches(rs.in.Address, addr) })
+	if len(out) > 0 && out[len(out)-1].replica != out[0].replica {
 		out = ranksOf(func(rs *rankState) bool {
-			return addressMatches(rs.cfg.Address, addr) && (slices.Contains(rs.pool.cfg.Models, model) || slices.Contains(rs.pool.cfg.LoRAAdapters, model))
+			return addressMatches(rs.in.Address, addr) && (slices.Contains(rs.pool.in.Models, model) || slices.Contains(rs.pool.in.LoRAAdapters, model))
 		})
-		if len(out) > 0 && out[len(out)-1].cfg != out[0].cfg {
+		if len(out) > 0 && out[len(out)-1].replica != out[0].replica {
 			return nil // still ambiguous: refuse to guess
 		}
 	}

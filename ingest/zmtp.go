@@ -13,8 +13,6 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
-
-	"github.com/kvroute/kvroute/config"
 )
 
 // go-zeromq/zmq4 v0.17.0 allocates every frame at the length its peer
@@ -89,8 +87,10 @@ func withFrameLimit(ctx context.Context, l *frameLimit) context.Context {
 }
 
 // fallbackFrameLimit applies to a capped socket created without a limit in
-// its context: never unbounded.
-var fallbackFrameLimit = &frameLimit{maxMessageBytes: config.DefaultMaxMessageBytes}
+// its context — a programming error: it refuses every non-empty frame, so
+// it shows at once and is never unbounded. (The limit itself is the
+// caller's, Settings.MaxMessageBytes; ingest owns no default.)
+var fallbackFrameLimit = &frameLimit{}
 
 func frameLimitOf(ctx context.Context) *frameLimit {
 	if l, ok := ctx.Value(frameLimitKey{}).(*frameLimit); ok && l != nil {
@@ -273,7 +273,7 @@ func (m *Manager) frameLimit(kind string) *frameLimit {
 	var lastLog atomic.Int64
 	counter := m.m.framesRefused
 	return &frameLimit{
-		maxMessageBytes: uint64(m.maxMessageBytes),
+		maxMessageBytes: uint64(m.set.MaxMessageBytes),
 		onRefuse: func(r refusal) {
 			counter.WithLabelValues(kind, r.reason).Inc()
 			now := time.Now().UnixNano()

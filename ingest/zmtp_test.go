@@ -15,7 +15,6 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 )
 
@@ -85,8 +84,8 @@ func sendHugeHeader(t *testing.T, c net.Conn, size uint64) {
 func TestOversizeFrameOnBoundSocketIsRefused(t *testing.T) {
 	st := steps(t)
 	bind := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-	cfg.Ingest.Bind = bind
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Settings.Bind = bind
 	h := start(t, cfg)
 	for _, size := range []uint64{1 << 62, 1 << 40} {
 		var c net.Conn
@@ -150,7 +149,7 @@ func TestOversizeFrameOnConnectedSubscriberAndReplayIsRefused(t *testing.T) {
 	good := newPublisher(t, "", 10)
 	hostilePub := rawServer(t, "PUB", 1<<40)
 	hostileReplay := rawServer(t, "ROUTER", 1<<40)
-	cfg := baseConfig(poolConfig("p", config.KeysTokens,
+	cfg := baseConfig(poolConfig("p", keysTokens,
 		replicaSpec{name: "bad", events: hostilePub},
 		replicaSpec{name: "badreplay", events: freeEndpoint(t), replay: hostileReplay},
 		replicaSpec{name: "good", events: good.Endpoint(), replay: good.ReplayEndpoint()}))
@@ -268,8 +267,8 @@ func TestBindWithoutHostListensOnLoopbackOnly(t *testing.T) {
 		t.Skip("SKIP: no non-loopback IPv4 address on this host to check that the bind socket is not reachable on it")
 	}
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(freeEndpoint(t), "tcp://"))
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-	cfg.Ingest.Bind = "tcp://*:" + port
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Settings.Bind = "tcp://*:" + port
 	start(t, cfg)
 	waitFor(t, "the loopback listener", func() bool {
 		c, err := net.Dial("tcp", "127.0.0.1:"+port)
@@ -298,8 +297,8 @@ func TestBindWithoutHostListensOnLoopbackOnly(t *testing.T) {
 func TestUnknownTopicsAreNotCached(t *testing.T) {
 	st := steps(t)
 	bind := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", config.KeysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-	cfg.Ingest.Bind = bind
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Settings.Bind = bind
 	h := start(t, cfg)
 	forger := zmq4.NewPub(t.Context(), quietZMQ)
 	t.Cleanup(func() { forger.Close() })

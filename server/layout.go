@@ -5,21 +5,25 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest"
 )
 
 // layout is the pool → replica → DP-rank structure of a config, resolved
 // once, when the index is built: every rank's name and index handle, in
-// config order. buildRouter reads it instead of walking the config and
-// looking names up in the index. (ingest.New still resolves its own view
-// from the config; handing it this layout is the next step.)
+// config order. buildRouter and ingestPools read it instead of walking the
+// config and looking names up in the index.
 type layout []poolLayout
 
 // poolLayout is one pool and its ranks.
 type poolLayout struct {
-	cfg   *config.Pool
-	id    index.PoolID
+	cfg *config.Pool
+	id  index.PoolID
+	// keys owns the pool's block size (configured or learned) and key
+	// builders; ingest and the router share it.
+	keys  *blockhash.PoolKeys
 	ranks []rankLayout
 }
 
@@ -48,7 +52,11 @@ func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, la
 		if err != nil {
 			return nil, nil, fmt.Errorf("pools[%d]: %w", i, err)
 		}
-		pl := poolLayout{cfg: p, id: pid}
+		keys, err := poolKeys(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pools[%d]: %w", i, err)
+		}
+		pl := poolLayout{cfg: p, id: pid, keys: keys}
 		for j := range p.Replicas {
 			rc := &p.Replicas[j]
 			for rank := range rc.DataParallelSize {
@@ -63,4 +71,51 @@ func buildIndex(cfg *config.Config, reg prometheus.Registerer) (*index.Index, la
 		lay = append(lay, pl)
 	}
 	return ix, lay, nil
+}
+
+// poolKeys creates the pool's key owner. An algorithm name that does not
+// parse is an error in engine-key mode; otherwise it only leaves the pool
+// without a self-check (config validation rejects it anyway).
+func poolKeys(p *config.Pool) (*blockhash.PoolKeys, error) {
+	c := blockhash.PoolKeysConfig{Pool: p.Name, EngineKeys: p.IsEngineKeys(), Seed: p.Hash.Seed, BlockSize: p.BlockSize}
+	algo, err := blockhash.ParseAlgorithm(p.Hash.Algorithm)
+	switch {
+	case err == nil:
+		c.Algorithm = algo
+	case c.EngineKeys:
+		return nil, fmt.Errorf("pool %s: %w", p.Name, err)
+	}
+	return blockhash.NewPoolKeys(c)
+}
+
+// ingestSettings is the config's ingest section as ingest takes it.
+func ingestSettings(c config.Ingest) ingest.Settings {
+	return ingest.Settings{
+		Bind:                c.Bind,
+		QueueSize:           c.QueueSize,
+		ReconnectMaxBackoff: c.ReconnectMaxBackoff.Std(),
+		ScrapeInterval:      c.ScrapeInterval.Std(),
+		HealthInterval:      c.HealthInterval.Std(),
+		ScrapeTimeout:       c.ScrapeTimeout.Std(),
+		MaxMessageBytes:     int64(c.MaxMessageBytes),
+	}
+}
+
+// ingestPools is the layout as ingest takes it.
+func (lay layout) ingestPools() []ingest.Pool {
+	out := make([]ingest.Pool, 0, len(lay))
+	for _, pl := range lay {
+		p := pl.cfg
+		ip := ingest.Pool{Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters, Keys: pl.keys}
+		for _, rl := range pl.ranks {
+			rc := rl.cfg
+			ip.Ranks = append(ip.Ranks, ingest.Rank{
+				Replica: rl.r, Name: rl.name, ReplicaName: rc.Name, Address: rc.Address,
+				DPRank: rl.rank, DPSize: rc.DataParallelSize,
+				Events: rc.Events, Replay: rc.Replay, Topic: rc.Topic, Metrics: rc.Metrics,
+			})
+		}
+		out = append(out, ip)
+	}
+	return out
 }

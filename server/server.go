@@ -101,7 +101,10 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ingest.New(ingest.Options{Config: cfg, Index: ix, Logger: log, Registerer: reg})
+	mgr, err := ingest.New(ingest.Options{
+		Settings: ingestSettings(cfg.Ingest), Pools: lay.ingestPools(),
+		Index: ix, Logger: log, Registerer: reg,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -113,8 +116,6 @@ func New(opts Options) (*Server, error) {
 		p := &cfg.Pools[i]
 		name := p.Name
 		pp := parts[name]
-		pp.blockSize = mgr.BlockSize(name)
-		parts[name] = pp
 		if pp.tokenizer == nil {
 			log.Warn("pool has no tokenizer: it routes by load only", "pool", name)
 		} else {

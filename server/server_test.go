@@ -84,10 +84,21 @@ func (r *replica) storeBlocks(t *testing.T, tokens []int) {
 
 func startServer(t *testing.T, reps ...*replica) (*Server, extprocv3.ExternalProcessorClient) {
 	t.Helper()
+	return startServerBS(t, blockSize, reps...)
+}
+
+// startServerBS is startServer with the pool's block_size (0: not
+// configured, learned from the engines).
+func startServerBS(t *testing.T, bs int, reps ...*replica) (*Server, extprocv3.ExternalProcessorClient) {
+	t.Helper()
 	tokDir := testdata.TokenizerDir(t, "qwen3")
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: {extproc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nrouting: {debug_headers: true}\n")
-	fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n    block_size: %d\n    replicas:\n", tokDir, blockSize)
+	fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n", tokDir)
+	if bs > 0 {
+		fmt.Fprintf(&b, "    block_size: %d\n", bs)
+	}
+	b.WriteString("    replicas:\n")
 	for i, r := range reps {
 		fmt.Fprintf(&b, "      - {name: r%d, address: %q, events: %q}\n", i, r.http.Listener.Addr().String(), r.pub.Endpoint())
 	}
@@ -185,6 +196,35 @@ func TestRoutesCompletionToReplicaHoldingItsBlocks(t *testing.T) {
 	}
 	if bytes.Contains(body, []byte("shared system prompt")) {
 		t.Fatal("/debug/replicas leaks prompt text")
+	}
+}
+
+// TestRouterKeysAtTheBlockSizeIngestLearned: with no block_size configured,
+// the pool routes by load until ingest learns the engines' block size from
+// a BlockStored event; the router then keys requests at that size (the pool's
+// one PoolKeys, shared by ingest and the router) and finds the prefix.
+func TestRouterKeysAtTheBlockSizeIngestLearned(t *testing.T) {
+	a, b := newReplica(t), newReplica(t)
+	_, c := startServerBS(t, 0, a, b)
+	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := prose(20)
+	body := `{"model":"qwen","prompt":` + strconv.Quote(prompt) + `,"max_tokens":4}`
+	res, err := fakeenvoy.Do(context.Background(), c, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true},
+		fakeenvoy.Request{Method: "POST", Path: "/v1/completions", Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Headers[extproc.HeaderDebugReason]; got != extproc.ReasonBlockSizeUnknown {
+		t.Fatalf("before any event: reason %q, want %q", got, extproc.ReasonBlockSizeUnknown)
+	}
+	ids := tok.Encode(prompt, true)
+	b.storeBlocks(t, ids)
+	h := route(t, c, "/v1/completions", body, "r1")
+	if full := len(ids) / blockSize * blockSize; h[extproc.HeaderDebugMatchedTokens] != strconv.Itoa(full) {
+		t.Fatalf("matched %s tokens, want %d", h[extproc.HeaderDebugMatchedTokens], full)
 	}
 }
 

@@ -7,18 +7,16 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 )
 
 // poolParts are what a pool needs beyond its config: its tokenizer and chat
-// renderer (nil: route by load) and its block size source.
+// renderer (nil: route by load).
 type poolParts struct {
 	tokenizer extproc.Tokenizer
 	chat      extproc.ChatRenderer
-	blockSize func() int
 }
 
 // buildRouter turns the resolved layout into the router's view: one
@@ -28,23 +26,10 @@ func buildRouter(cfg *config.Config, ix *index.Index, lay layout, parts map[stri
 	for _, pl := range lay {
 		p := pl.cfg
 		pc := extproc.PoolConfig{
-			Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters,
-			EngineKeys: p.IsEngineKeys(), Seed: p.Hash.Seed,
-		}
-		if pc.EngineKeys {
-			algo, err := blockhash.ParseAlgorithm(p.Hash.Algorithm)
-			if err != nil {
-				return nil, fmt.Errorf("pool %s: %w", p.Name, err)
-			}
-			pc.Algorithm = algo
+			Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters, Keys: pl.keys,
 		}
 		pp := parts[p.Name]
 		pc.Tokenizer, pc.Chat = pp.tokenizer, pp.chat
-		pc.BlockSize = pp.blockSize
-		if pc.BlockSize == nil {
-			bs := p.BlockSize
-			pc.BlockSize = func() int { return bs }
-		}
 		for _, rl := range pl.ranks {
 			pc.Endpoints = append(pc.Endpoints, extproc.Endpoint{
 				Replica: rl.r, Name: rl.name, Address: rl.cfg.Address, DPRank: rl.rank, DPSize: rl.cfg.DataParallelSize,

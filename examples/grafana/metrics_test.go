@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
@@ -60,10 +61,22 @@ pools:
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ix.AddReplica(pid, "r0"); err != nil {
+	r0, err := ix.AddReplica(pid, "r0")
+	if err != nil {
 		return nil, err
 	}
-	if _, err := ingest.New(ingest.Options{Config: cfg, Index: ix, Registerer: rec}); err != nil {
+	rc := cfg.Pools[0].Replicas[0]
+	keys, err := blockhash.NewPoolKeys(blockhash.PoolKeysConfig{Pool: "p"})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ingest.New(ingest.Options{
+		Settings: ingest.Settings{QueueSize: cfg.Ingest.QueueSize, MaxMessageBytes: int64(cfg.Ingest.MaxMessageBytes)},
+		Pools: []ingest.Pool{{Name: "p", ID: pid, Models: cfg.Pools[0].Models, Keys: keys, Ranks: []ingest.Rank{
+			{Replica: r0, Name: "r0", ReplicaName: "r0", Address: rc.Address, DPSize: 1, Events: rc.Events},
+		}}},
+		Index: ix, Registerer: rec,
+	}); err != nil {
 		return nil, err
 	}
 	out := map[string][]string{}
