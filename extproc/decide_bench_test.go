@@ -182,3 +182,17 @@ func BenchmarkDecide_Chat8k(b *testing.B) { benchDecide(b, 8000) }
 
 // BenchmarkDecide_Chat100k: target p50 ≤ 25 ms.
 func BenchmarkDecide_Chat100k(b *testing.B) { benchDecide(b, 100000) }
+
+// BenchmarkParseRequest_2kChat is the field scan of a 2k-token chat body
+// (the part of the decision before the chat template).
+func BenchmarkParseRequest_2kChat(b *testing.B) {
+	w := &chatWorkload{sys: prose(1, 2000*3/4*4/5), user: prose(2, 2000/4*4/5)}
+	body := w.body(1)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseRequest("/v1/chat/completions", body, Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
