@@ -72,6 +72,7 @@ func runDecisions(b *testing.B, client extprocv3.ExternalProcessorClient, bodies
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for range streams {
 		wg.Go(func() {
 			for {
@@ -91,6 +92,7 @@ func runDecisions(b *testing.B, client extprocv3.ExternalProcessorClient, bodies
 	b.StopTimer()
 	rate := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, "decisions/s")
+	cpuPerOp(b, cpu0)
 	return rate
 }
 
@@ -163,4 +165,12 @@ func BenchmarkGRPCBufferedWithoutProtocolConfig(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		})
 	}
+}
+
+// cpuPerOp reports the process CPU time per operation since start
+// (processCPU at ResetTimer) as cpu-µs/op.
+func cpuPerOp(b *testing.B, start time.Duration) float64 {
+	us := float64((processCPU() - start).Microseconds()) / float64(b.N)
+	b.ReportMetric(us, "cpu-µs/op")
+	return us
 }

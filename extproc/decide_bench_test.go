@@ -190,9 +190,44 @@ func BenchmarkParseRequest_2kChat(b *testing.B) {
 	body := w.body(1)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
+	cpu0 := processCPU()
 	for b.Loop() {
 		if _, err := ParseRequest("/v1/chat/completions", body, Limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	cpuPerOp(b, cpu0)
+}
+
+// BenchmarkRenderChat_2k is the chat half of a 2k-token decision: the body
+// decoded for Qwen3's chat template and rendered.
+func BenchmarkRenderChat_2k(b *testing.B) {
+	_, ct := loadQwen(b)
+	w := &chatWorkload{sys: prose(1, 2000*3/4*4/5), user: prose(2, 2000/4*4/5)}
+	body := w.body(1)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		if _, err := (templateChat{ct}).RenderChat(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpuPerOp(b, cpu0)
+}
+
+// BenchmarkChatDecode_2k is the chat body decoded into template values
+// (chattemplate.ParseChatRequest), without rendering.
+func BenchmarkChatDecode_2k(b *testing.B) {
+	w := &chatWorkload{sys: prose(1, 2000*3/4*4/5), user: prose(2, 2000/4*4/5)}
+	body := w.body(1)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		if _, err := chattemplate.ParseChatRequest(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpuPerOp(b, cpu0)
 }
