@@ -30,6 +30,9 @@ type RenderOptions struct {
 	// MaxOutputSize bounds the size in bytes of the output and of any string
 	// built while rendering; 0 means DefaultMaxOutputSize.
 	MaxOutputSize int
+	// SizeHint is the expected output size in bytes: the output buffer
+	// starts at that size (capped by MaxOutputSize) instead of growing.
+	SizeHint int
 }
 
 // Parse lexes and parses a Jinja2 template with the settings transformers
@@ -71,6 +74,9 @@ func (t *Template) Render(ctx map[string]any, opts RenderOptions) (out string, e
 		st.ctx[k] = FromGo(v)
 	}
 	var b strings.Builder
+	if opts.SizeHint > 0 {
+		b.Grow(min(opts.SizeHint, st.maxBytes))
+	}
 	st.out = &b
 	root := &scope{}
 	if _, err := st.execBody(t.body, root); err != nil {
