@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -19,6 +20,17 @@ const maxJSONDepth = 512
 // (float64 when they do not fit), numbers with a fraction or exponent float64.
 func DecodeJSON(data []byte) (Value, error) {
 	d := jsonDecoder{s: data}
+	if p, ok := scratchPool.Get().(*[]byte); ok {
+		d.buf = (*p)[:0]
+		defer func() {
+			// Strings are copied out of the scratch buffer: nothing decoded
+			// refers to it.
+			if cap(d.buf) <= maxScratchHint {
+				*p = d.buf[:0]
+				scratchPool.Put(p)
+			}
+		}()
+	}
 	d.skipSpace()
 	v, err := d.value(0)
 	if err != nil {
@@ -31,8 +43,12 @@ func DecodeJSON(data []byte) (Value, error) {
 	return v, nil
 }
 
-// maxScratchHint caps the first size of the decoder's string scratch buffer.
+// maxScratchHint caps the first size of the decoder's string scratch buffer,
+// and the size of the buffers scratchPool keeps.
 const maxScratchHint = 64 << 10
+
+// scratchPool holds decoders' string scratch buffers across documents.
+var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 type jsonDecoder struct {
 	s   []byte
@@ -236,10 +252,10 @@ func (d *jsonDecoder) str() (string, error) {
 		d.i++
 		return s, nil
 	}
-	if cap(d.buf) == 0 {
-		// One scratch buffer per document, sized for a long string at once
-		// (chat contents are the bulk of a body) instead of grown by doubling.
-		d.buf = make([]byte, 0, min(len(d.s)-start, maxScratchHint))
+	if want := min(len(d.s)-start, maxScratchHint); cap(d.buf) < want {
+		// Sized for a long string at once (chat contents are the bulk of a
+		// body) instead of grown by doubling.
+		d.buf = make([]byte, 0, want)
 	}
 	b := append(d.buf[:0], d.s[start:d.i]...)
 	defer func() { d.buf = b[:0] }()
