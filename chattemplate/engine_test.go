@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -166,5 +167,34 @@ func TestRaiseExceptionIsATemplateError(t *testing.T) {
 	tpl, _ = Parse("{{ 1 + 'a' }}")
 	if _, err := tpl.Render(nil, RenderOptions{}); err == nil || IsRaised(err) {
 		t.Errorf("type error reported as %v", err)
+	}
+}
+
+// TestOutputSumMatchesEval checks that {{ a + b + ... }}, written piecewise
+// by writeSum, renders and fails exactly as the same sum evaluated first.
+func TestOutputSumMatchesEval(t *testing.T) {
+	ctx := map[string]any{"s": "str", "n": 2, "l": []any{1}, "big": strings.Repeat("x", 40)}
+	exprs := []string{
+		`"a" + s + "b"`, `s + s + s + s + s + s + s + s + s + s + s + s + s + s + s + s + s + s + s`,
+		`n + n + 1`, `l + l + [2]`, `"a" + n`, `n + "a"`, `"a" + s + n + "b"`, `l + "a"`,
+		`"a" + missing + "b"`, `"a" + missing.x + "b"`, `big + big`, `big + "y" + big`, `"" + ""`,
+		`s + (s + s) + s`, `1.5 + n + 0.5`,
+	}
+	for _, e := range exprs {
+		for _, limit := range []int{0, 60, 85} {
+			render := func(src string) string {
+				tpl, err := Parse(src)
+				if err != nil {
+					t.Fatalf("%s: %v", src, err)
+				}
+				out, err := tpl.Render(ctx, RenderOptions{MaxOutputSize: limit})
+				return fmt.Sprintf("%q %v", out, err)
+			}
+			direct := render(`[{{ ` + e + ` }}]`)
+			viaSet := render(`{% set v = ` + e + ` %}[{{ v }}]`)
+			if direct != viaSet {
+				t.Errorf("{{ %s }} limit %d: written %s, evaluated %s", e, limit, direct, viaSet)
+			}
+		}
 	}
 }

@@ -30,6 +30,9 @@ type RenderOptions struct {
 	// MaxOutputSize bounds the size in bytes of the output and of any string
 	// built while rendering; 0 means DefaultMaxOutputSize.
 	MaxOutputSize int
+	// SizeHint is the expected output size in bytes: the output buffer
+	// starts at that size (capped by MaxOutputSize) instead of growing.
+	SizeHint int
 }
 
 // Parse lexes and parses a Jinja2 template with the settings transformers
@@ -71,6 +74,9 @@ func (t *Template) Render(ctx map[string]any, opts RenderOptions) (out string, e
 		st.ctx[k] = FromGo(v)
 	}
 	var b strings.Builder
+	if opts.SizeHint > 0 {
+		b.Grow(min(opts.SizeHint, st.maxBytes))
+	}
 	st.out = &b
 	root := &scope{}
 	if _, err := st.execBody(t.body, root); err != nil {
@@ -151,6 +157,76 @@ func (st *state) write(s string) error {
 	return nil
 }
 
+// maxSumSpine bounds the '+' chain writeSum flattens; a longer chain's
+// left part is evaluated as usual.
+const maxSumSpine = 16
+
+// writeSum outputs {{ a + b + ... }}. Chat templates concatenate a message's
+// content with its role markers this way; while the operands are strings
+// their pieces are written one after the other instead of building each
+// partial concatenation (a copy of the content per '+'). Operands are
+// evaluated left to right and every partial sum is size-checked as evalBin
+// and add do; at the first operand that is not a string the pieces are
+// joined and the sum continues with add, so the output and any error are
+// exactly eval's.
+func (st *state) writeSum(e *binExpr, sc *scope) error {
+	var spineBuf [maxSumSpine]expr
+	spine := spineBuf[:0]
+	x := expr(e)
+	for len(spine) < maxSumSpine {
+		b, ok := x.(*binExpr)
+		if !ok || b.op != "+" {
+			break
+		}
+		spine = append(spine, b.r)
+		x = b.l
+	}
+	first, err := st.eval(x, sc)
+	if err != nil {
+		return err
+	}
+	var pieceBuf [maxSumSpine + 1]string
+	pieces := pieceBuf[:0]
+	var acc Value // the sum so far once an operand is not a string
+	total := 0
+	joined := false
+	if s, ok := first.(string); ok {
+		pieces, total = append(pieces, s), len(s)
+	} else {
+		acc, joined = first, true
+	}
+	for i := len(spine) - 1; i >= 0; i-- {
+		r, err := st.eval(spine[i], sc)
+		if err != nil {
+			return err
+		}
+		if !joined {
+			if s, ok := r.(string); ok {
+				total += len(s)
+				if err := st.checkSize(total); err != nil {
+					return err
+				}
+				pieces = append(pieces, s)
+				continue
+			}
+			acc, joined = strings.Join(pieces, ""), true
+		}
+		if acc, err = st.add(acc, r); err != nil {
+			return err
+		}
+	}
+	if joined {
+		return st.write(strValue(acc))
+	}
+	if err := st.checkSize(st.out.Len() + total); err != nil {
+		return err
+	}
+	for _, s := range pieces {
+		st.out.WriteString(s)
+	}
+	return nil
+}
+
 // capture renders body into a fresh buffer and returns its text.
 func (st *state) capture(body []node, sc *scope) (string, error) {
 	saved := st.out
@@ -192,6 +268,9 @@ func (st *state) exec(n node, sc *scope) (ctl, error) {
 	case *textNode:
 		return ctlNone, st.write(n.text)
 	case *outputNode:
+		if be, ok := n.e.(*binExpr); ok && be.op == "+" {
+			return ctlNone, st.writeSum(be, sc)
+		}
 		v, err := st.eval(n.e, sc)
 		if err != nil {
 			return ctlNone, err

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -19,6 +20,17 @@ const maxJSONDepth = 512
 // (float64 when they do not fit), numbers with a fraction or exponent float64.
 func DecodeJSON(data []byte) (Value, error) {
 	d := jsonDecoder{s: data}
+	if p, ok := scratchPool.Get().(*[]byte); ok {
+		d.buf = (*p)[:0]
+		defer func() {
+			// Strings are copied out of the scratch buffer: nothing decoded
+			// refers to it.
+			if cap(d.buf) <= maxScratchHint {
+				*p = d.buf[:0]
+				scratchPool.Put(p)
+			}
+		}()
+	}
 	d.skipSpace()
 	v, err := d.value(0)
 	if err != nil {
@@ -30,6 +42,13 @@ func DecodeJSON(data []byte) (Value, error) {
 	}
 	return v, nil
 }
+
+// maxScratchHint caps the first size of the decoder's string scratch buffer,
+// and the size of the buffers scratchPool keeps.
+const maxScratchHint = 64 << 10
+
+// scratchPool holds decoders' string scratch buffers across documents.
+var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 type jsonDecoder struct {
 	s   []byte
@@ -203,20 +222,40 @@ func (d *jsonDecoder) number() (Value, error) {
 	return f, nil
 }
 
+// jsonPlain marks the string bytes that need no look: printable ASCII other
+// than the quote and the backslash.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// plainRun returns the index of the first byte at or after i in s that ends
+// a run of plain string bytes (or len(s)).
+func plainRun(s []byte, i int) int {
+	for i+4 <= len(s) && jsonPlain[s[i]] && jsonPlain[s[i+1]] && jsonPlain[s[i+2]] && jsonPlain[s[i+3]] {
+		i += 4
+	}
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	return i
+}
+
 func (d *jsonDecoder) str() (string, error) {
 	d.i++ // opening quote
 	start := d.i
-	for d.i < len(d.s) {
-		c := d.s[d.i]
-		if c == '"' {
-			s := string(d.s[start:d.i])
-			d.i++
-			return s, nil
-		}
-		if c == '\\' || c < 0x20 || c >= 0x80 {
-			break
-		}
+	d.i = plainRun(d.s, d.i)
+	if d.i < len(d.s) && d.s[d.i] == '"' {
+		s := string(d.s[start:d.i])
 		d.i++
+		return s, nil
+	}
+	if want := min(len(d.s)-start, maxScratchHint); cap(d.buf) < want {
+		// Sized for a long string at once (chat contents are the bulk of a
+		// body) instead of grown by doubling.
+		d.buf = make([]byte, 0, want)
 	}
 	b := append(d.buf[:0], d.s[start:d.i]...)
 	defer func() { d.buf = b[:0] }()
@@ -283,10 +322,7 @@ func (d *jsonDecoder) str() (string, error) {
 			d.i += size
 		default:
 			// A run of plain ASCII up to the next byte that needs a look.
-			j := d.i + 1
-			for j < len(d.s) && d.s[j] >= 0x20 && d.s[j] < 0x80 && d.s[j] != '"' && d.s[j] != '\\' {
-				j++
-			}
+			j := plainRun(d.s, d.i+1)
 			b = append(b, d.s[d.i:j]...)
 			d.i = j
 		}

@@ -151,7 +151,7 @@ func (r *Renderer) RenderRequest(req *Request) (string, error) {
 		ctx[ks] = kwargs.vals[i]
 	}
 	ctx["messages"] = conv
-	out, err := r.tpl.Render(ctx, RenderOptions{Now: r.now})
+	out, err := r.tpl.Render(ctx, RenderOptions{Now: r.now, SizeHint: renderSizeHint(conv)})
 	if err != nil {
 		return "", err
 	}
@@ -497,6 +497,23 @@ func (c *ChatTemplates) For(req *Request) *Renderer {
 		return c.tools
 	}
 	return c.plain
+}
+
+// renderSizeHint estimates a rendered conversation's size: its string
+// contents and a few dozen bytes of role markers per message.
+func renderSizeHint(conv *List) int {
+	n := 256
+	for _, m := range conv.Items {
+		n += 64
+		if md, ok := m.(*Dict); ok {
+			if c, ok := md.Get("content"); ok {
+				if s, ok := c.(string); ok {
+					n += len(s)
+				}
+			}
+		}
+	}
+	return n
 }
 
 // RenderRequest renders req with the template chosen by For.

@@ -2,8 +2,11 @@ package extproc
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,9 +47,9 @@ func (nopProcessor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error
 	}
 }
 
-func benchServe(b *testing.B, register func(*grpc.Server)) extprocv3.ExternalProcessorClient {
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
-	register(g)
+// benchServe serves g (with its services registered) on a loopback port and
+// returns a client over one connection, as Envoy's ext_proc filter holds.
+func benchServe(b *testing.B, g *grpc.Server) extprocv3.ExternalProcessorClient {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -61,47 +64,77 @@ func benchServe(b *testing.B, register func(*grpc.Server)) extprocv3.ExternalPro
 	return extprocv3.NewExternalProcessorClient(conn)
 }
 
-// benchDecisions runs BUFFERED exchanges of 2k-token chat requests (each
-// with a user turn never seen before) on 32 concurrent streams
-// (GOMAXPROCS × 16) and reports decisions/s.
-func benchDecisions(b *testing.B, client extprocv3.ExternalProcessorClient) {
+// runDecisions runs b.N BUFFERED exchanges of the given chat bodies on
+// streams concurrent ext_proc streams (each request its own stream, as
+// Envoy opens one per HTTP request) and returns decisions/s.
+func runDecisions(b *testing.B, client extprocv3.ExternalProcessorClient, bodies [][]byte, streams int) float64 {
+	cfg := fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for range streams {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				res, err := fakeenvoy.Do(context.Background(), client, cfg, fakeenvoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: bodies[i%len(bodies)]})
+				if err != nil || res.Headers[HeaderDestination] == "" {
+					b.Errorf("exchange: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	rate := float64(b.N) / b.Elapsed().Seconds()
+	b.ReportMetric(rate, "decisions/s")
+	cpuPerOp(b, cpu0)
+	return rate
+}
+
+// BenchmarkGRPCDecisions_2kChat measures ext_proc decisions/s for BUFFERED
+// 2k-token chat requests (each with a user turn never seen before) at 1, 8
+// and 32 concurrent streams, from the same client (fakeenvoy) in the same
+// run, against two servers:
+//
+//   - server=nop, the ceiling: a real ext_proc server answering the same
+//     messages with the same header mutation and dynamic metadata, without
+//     deciding anything;
+//   - server=kvroute, the production server (NewGRPCServer) making the full
+//     decision: parse, render Qwen3's chat template, tokenize with Qwen3's
+//     tokenizer, hash, look up, choose, record speculative entries.
+//
+// The kvroute sub-benchmark reports its rate as a percentage of the nop
+// rate measured just before it (target ≥ 70 %, issue 18).
+func BenchmarkGRPCDecisions_2kChat(b *testing.B) {
 	w := newChatWorkload(b, 2000)
 	bodies := make([][]byte, 4096)
 	for i := range bodies {
 		bodies[i] = w.body(i)
 	}
-	cfg := fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}
-	b.SetParallelism(16)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			i++
-			res, err := fakeenvoy.Do(context.Background(), client, cfg, fakeenvoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: bodies[i%len(bodies)]})
-			if err != nil || res.Headers[HeaderDestination] == "" {
-				b.Errorf("exchange: %v", err)
-				return
+	nop := benchServe(b, func() *grpc.Server {
+		g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
+		extprocv3.RegisterExternalProcessorServer(g, nopProcessor{})
+		return g
+	}())
+	g, _ := NewGRPCServer(NewServer(w.router, Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)}), nil)
+	kv := benchServe(b, g)
+	for _, streams := range []int{1, 8, 32} {
+		var ceiling float64
+		b.Run(fmt.Sprintf("streams=%d/server=nop", streams), func(b *testing.B) {
+			ceiling = runDecisions(b, nop, bodies, streams)
+		})
+		b.Run(fmt.Sprintf("streams=%d/server=kvroute", streams), func(b *testing.B) {
+			rate := runDecisions(b, kv, bodies, streams)
+			if ceiling > 0 {
+				b.ReportMetric(100*rate/ceiling, "%-of-nop")
 			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-}
-
-// BenchmarkGRPCDecisions_2kChat_32Streams_Nop is the ceiling: a processor
-// that does no work but answers the same messages.
-func BenchmarkGRPCDecisions_2kChat_32Streams_Nop(b *testing.B) {
-	client := benchServe(b, func(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, nopProcessor{}) })
-	benchDecisions(b, client)
-}
-
-// BenchmarkGRPCDecisions_2kChat_32Streams_Kvroute is kvroute's full decision
-// (parse, render Qwen3's chat template, tokenize with Qwen3's tokenizer,
-// hash, lookup, choose) over the same streams.
-func BenchmarkGRPCDecisions_2kChat_32Streams_Kvroute(b *testing.B) {
-	w := newChatWorkload(b, 2000)
-	srv := NewServer(w.router, Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)})
-	client := benchServe(b, func(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, srv) })
-	benchDecisions(b, client)
+		})
+	}
 }
 
 // BenchmarkGRPCBufferedWithoutProtocolConfig is one stream of BUFFERED
@@ -117,8 +150,8 @@ func BenchmarkGRPCBufferedWithoutProtocolConfig(b *testing.B) {
 			if mode == "auto" {
 				opts.BodyMode = mode
 			}
-			srv := NewServer(w.router, opts)
-			client := benchServe(b, func(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, srv) })
+			g, _ := NewGRPCServer(NewServer(w.router, opts), nil)
+			client := benchServe(b, g)
 			var lat []time.Duration
 			for i := 0; b.Loop(); i++ {
 				t0 := time.Now()
@@ -132,4 +165,12 @@ func BenchmarkGRPCBufferedWithoutProtocolConfig(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		})
 	}
+}
+
+// cpuPerOp reports the process CPU time per operation since start
+// (processCPU at ResetTimer) as cpu-µs/op.
+func cpuPerOp(b *testing.B, start time.Duration) float64 {
+	us := float64((processCPU() - start).Microseconds()) / float64(b.N)
+	b.ReportMetric(us, "cpu-µs/op")
+	return us
 }

@@ -251,3 +251,52 @@ func BenchmarkDecide_Chat8kCold(b *testing.B) { benchDecideCold(b, 8000) }
 
 // BenchmarkDecide_Chat100kCold: 100k tokens, nothing cached (report).
 func BenchmarkDecide_Chat100kCold(b *testing.B) { benchDecideCold(b, 100000) }
+
+// BenchmarkParseRequest_2kChat is the field scan of a 2k-token chat body
+// (the part of the decision before the chat template).
+func BenchmarkParseRequest_2kChat(b *testing.B) {
+	w := &chatWorkload{sys: prose(1, 2000*3/4*4/5), user: prose(2, 2000/4*4/5)}
+	body := w.body(1)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		if _, err := ParseRequest("/v1/chat/completions", body, Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpuPerOp(b, cpu0)
+}
+
+// BenchmarkRenderChat_2k is the chat half of a 2k-token decision: the body
+// decoded for Qwen3's chat template and rendered.
+func BenchmarkRenderChat_2k(b *testing.B) {
+	_, ct := loadQwen(b)
+	w := &chatWorkload{sys: prose(1, 2000*3/4*4/5), user: prose(2, 2000/4*4/5)}
+	body := w.body(1)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		if _, err := (templateChat{ct}).RenderChat(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpuPerOp(b, cpu0)
+}
+
+// BenchmarkChatDecode_2k is the chat body decoded into template values
+// (chattemplate.ParseChatRequest), without rendering.
+func BenchmarkChatDecode_2k(b *testing.B) {
+	w := &chatWorkload{sys: prose(1, 2000*3/4*4/5), user: prose(2, 2000/4*4/5)}
+	body := w.body(1)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		if _, err := chattemplate.ParseChatRequest(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpuPerOp(b, cpu0)
+}

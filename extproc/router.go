@@ -19,6 +19,15 @@ type Tokenizer interface {
 	Encode(text string, addSpecialTokens bool) []int
 }
 
+// appendEncoder is a Tokenizer that can append to a reused buffer
+// (tokenize.Tokenizer.AppendEncode); the router pools its id buffers then.
+type appendEncoder interface {
+	AppendEncode(dst []int, text string, addSpecialTokens bool) []int
+}
+
+// maxPooledIDs bounds the id buffers the router keeps for reuse (8 MiB).
+const maxPooledIDs = 1 << 20
+
 // ChatRenderer renders an OpenAI chat body into the prompt text vLLM would
 // tokenize (its chat template applied to the preprocessed messages).
 type ChatRenderer interface {
@@ -77,6 +86,7 @@ type Router struct {
 	pools   []*pool
 	byModel map[string]modelRef
 	matches sync.Pool
+	ids     sync.Pool // *[]int: token-id buffers for appendEncoder
 	// bytesInFlight is the body bytes of decisions in progress.
 	bytesInFlight atomic.Int64
 }
@@ -112,6 +122,7 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 		r.pools = append(r.pools, p)
 	}
 	r.matches.New = func() any { s := make([]index.Match, 0, 64); return &s }
+	r.ids.New = func() any { s := []int(nil); return &s }
 	return r, nil
 }
 
@@ -206,7 +217,15 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 		return r.byLoad(p, subset, ReasonDecideBudget, nil)
 	}
 	defer r.release(len(body))
-	ids, reason, err := r.tokens(p, req)
+	idBuf := r.ids.Get().(*[]int)
+	ids, reason, err := r.tokens(p, req, (*idBuf)[:0])
+	defer func() {
+		// ids are dead once the keys are computed (the caches copy them).
+		if cap(ids) <= maxPooledIDs {
+			*idBuf = ids[:0]
+			r.ids.Put(idBuf)
+		}
+	}()
 	if err != nil || reason != "" {
 		if err != nil {
 			return r.failOpen(p, subset, reason, 400, err)
@@ -253,7 +272,8 @@ func (r *Router) release(n int) {
 }
 
 // tokens returns the request's prompt token ids, or a reason to route by load.
-func (r *Router) tokens(p *pool, req *Request) ([]int, string, error) {
+// buf is an empty buffer the ids may be appended to.
+func (r *Router) tokens(p *pool, req *Request, buf []int) ([]int, string, error) {
 	var ids []int
 	switch req.Kind {
 	case KindCompletion:
@@ -266,7 +286,7 @@ func (r *Router) tokens(p *pool, req *Request) ([]int, string, error) {
 		if req.Prompt == "" {
 			return nil, ReasonEmptyPrompt, nil
 		}
-		ids = p.Tokenizer.Encode(req.Prompt, req.AddSpecialTokens)
+		ids = r.encode(p, buf, req.Prompt, req.AddSpecialTokens)
 	case KindChat:
 		if p.Tokenizer == nil || p.Chat == nil {
 			return nil, ReasonNoTokenizer, nil
@@ -280,7 +300,7 @@ func (r *Router) tokens(p *pool, req *Request) ([]int, string, error) {
 		if r.opts.Limits.promptTooLarge(len(text)) {
 			return nil, ReasonPromptTooLarge, nil
 		}
-		ids = p.Tokenizer.Encode(text, req.AddSpecialTokens)
+		ids = r.encode(p, buf, text, req.AddSpecialTokens)
 	default:
 		return nil, ReasonNoBody, nil
 	}
@@ -288,6 +308,14 @@ func (r *Router) tokens(p *pool, req *Request) ([]int, string, error) {
 		return nil, ReasonPromptTooLarge, nil
 	}
 	return ids, "", nil
+}
+
+// encode tokenizes text, into buf when the tokenizer can append.
+func (r *Router) encode(p *pool, buf []int, text string, addSpecialTokens bool) []int {
+	if a, ok := p.Tokenizer.(appendEncoder); ok {
+		return a.AppendEncode(buf, text, addSpecialTokens)
+	}
+	return p.Tokenizer.Encode(text, addSpecialTokens)
 }
 
 // failOpen routes by load within p after an internal error when fail-open is

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -91,6 +93,7 @@ type stream struct {
 	pending    *recvResult
 	routed     bool // a routing decision was sent
 	decision   Decision
+	job        decideJob
 }
 
 type recvResult struct {
@@ -296,7 +299,7 @@ func (st *stream) onTrailers() (bool, error) {
 // headers response followed by the body streamed back.
 func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 	start := time.Now()
-	d := st.decide(body)
+	d := st.decideOnWarmStack(body)
 	st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
 	st.s.m.decision(d.Pool, d.Outcome, d.Reason)
 	if d.Endpoint == nil {
@@ -333,6 +336,68 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 		return false, err
 	}
 	return false, st.streamBody(body, bodyEOS)
+}
+
+// decideJob is one decision handed to a decider goroutine.
+type decideJob struct {
+	st       *stream
+	body     []byte
+	d        Decision
+	panicked any // a panic that escaped decide's own recovery, re-raised by the stream
+	done     chan struct{}
+}
+
+// deciders are long-lived goroutines, one per P, that run decisions. A
+// decision (chat template, tokenizer) needs a stack of tens of kB; a stream's
+// goroutine is new for every request and would grow its 8 kB stack by
+// copying it several times, which cost ~10 % of the handler's CPU in
+// BenchmarkGRPCDecisions_2kChat. The pool is shared by every Server in the
+// process and never stops (its goroutines only wait on a channel).
+var deciders struct {
+	once sync.Once
+	jobs chan *decideJob
+}
+
+func startDeciders() {
+	deciders.jobs = make(chan *decideJob)
+	for range runtime.GOMAXPROCS(0) {
+		go func() {
+			for j := range deciders.jobs {
+				j.run()
+			}
+		}()
+	}
+}
+
+func (j *decideJob) run() {
+	defer func() {
+		j.panicked = recover()
+		j.done <- struct{}{}
+	}()
+	j.d = j.st.decide(j.body)
+}
+
+// decideOnWarmStack runs decide on an idle decider, or on the stream's own
+// goroutine when none is idle (a decision never waits for a decider).
+func (st *stream) decideOnWarmStack(body []byte) Decision {
+	deciders.once.Do(startDeciders)
+	j := &st.job
+	if j.done == nil {
+		j.done = make(chan struct{})
+	}
+	j.st, j.body = st, body
+	select {
+	case deciders.jobs <- j:
+		<-j.done
+	default:
+		return st.decide(body)
+	}
+	d, p := j.d, j.panicked
+	*j = decideJob{done: j.done}
+	if p != nil {
+		panic(p)
+	}
+	return d
 }
 
 // decide runs the router's decision; a panic in it (a bug) is counted and

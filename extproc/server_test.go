@@ -19,7 +19,10 @@ import (
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The decider goroutines live for the process (see startDeciders).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/kvroute/kvroute/extproc.startDeciders.func1"))
+}
 
 const sharedPrefix = "You are a careful assistant. Answer in one short paragraph and cite the policy section when it applies to the question asked"
 

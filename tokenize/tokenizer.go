@@ -140,10 +140,16 @@ func (t *Tokenizer) TokenID(token string) (int, bool) {
 // `tokenizer(text)` does in transformers; special tokens written in text are
 // always recognised, as vLLM does. Invalid UTF-8 is read as U+FFFD.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []int {
+	return t.AppendEncode(make([]int, 0, len(text)/4+len(t.post.prefix)+len(t.post.suffix)+1), text, addSpecialTokens)
+}
+
+// AppendEncode is Encode appending the ids to dst, so a caller can reuse
+// one buffer across requests. The tokenizer keeps no reference to dst.
+func (t *Tokenizer) AppendEncode(dst []int, text string, addSpecialTokens bool) []int {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
-	ids := make([]int, 0, len(text)/4+len(t.post.prefix)+len(t.post.suffix)+1)
+	ids := dst
 	if addSpecialTokens {
 		ids = append(ids, t.post.prefix...)
 	}
