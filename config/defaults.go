@@ -14,8 +14,12 @@ const (
 	DefaultMaxEntries          = 20_000_000
 	DefaultCPUTierWeight       = 0.5
 	DefaultSpeculativeTTL      = 2 * time.Second
-	DefaultLoadWeight          = 256
+	DefaultPrefillTokensPerSec = 10000
+	DefaultForeignRequestToks  = 1024
+	DefaultDecodeInterference  = 2 * time.Millisecond
 	DefaultKVUsageCeiling      = 0.98
+	DefaultKVFullPenalty       = 500 * time.Millisecond
+	DefaultPlacementSlack      = 0.5
 	DefaultBodyLimitBytes      = 8 << 20
 	DefaultQueueSize           = 1024
 	DefaultReconnectMaxBackoff = 30 * time.Second
@@ -51,8 +55,20 @@ func (c *Config) applyDefaults(set setKeys) {
 		c.Index.CPUTierWeight = DefaultCPUTierWeight
 	}
 	defDur(&c.Index.SpeculativeTTL, DefaultSpeculativeTTL)
-	if !set["routing.load_weight"] {
-		c.Routing.LoadWeight = DefaultLoadWeight
+	if c.Routing.PrefillTokensPerSecond == 0 {
+		c.Routing.PrefillTokensPerSecond = DefaultPrefillTokensPerSec
+	}
+	if c.Routing.ForeignRequestTokens == 0 {
+		c.Routing.ForeignRequestTokens = DefaultForeignRequestToks
+	}
+	if !set["routing.decode_interference"] {
+		c.Routing.DecodeInterference = Duration(DefaultDecodeInterference)
+	}
+	if !set["routing.kv_full_penalty"] {
+		c.Routing.KVFullPenalty = Duration(DefaultKVFullPenalty)
+	}
+	if !set["routing.placement_slack"] {
+		c.Routing.PlacementSlack = DefaultPlacementSlack
 	}
 	if c.Routing.KVUsageCeiling == 0 {
 		c.Routing.KVUsageCeiling = DefaultKVUsageCeiling

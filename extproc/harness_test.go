@@ -112,7 +112,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		Name: "qwen", ID: h.pool, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
 		Tokenizer: wordTokenizer{}, Chat: lineChat{}, BlockSize: func() int { return testBlockSize },
 		Endpoints: h.eps,
-	}}, RouterOptions{LoadWeight: 8, KVUsageCeiling: 0.95, FailOpen: o.failOpen})
+	}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: o.failOpen})
 	if err != nil {
 		t.Fatal(err)
 	}

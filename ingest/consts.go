@@ -88,6 +88,8 @@ const (
 	vllmQueriesOld     = "vllm:gpu_prefix_cache_queries"
 	vllmHitsOld        = "vllm:gpu_prefix_cache_hits"
 	vllmCacheConfig    = "vllm:cache_config_info"
+	vllmPromptTokens   = "vllm:prompt_tokens"
+	vllmPrefillTime    = "vllm:request_prefill_time_seconds"
 	labelModelName     = "model_name"
 	labelEngine        = "engine"
 	labelBlockSize     = "block_size"

@@ -98,6 +98,11 @@ func (sc *scraper) scrape(ctx context.Context) {
 			Running: sc.value(fams, rs.rank, vllmRunning),
 			Waiting: sc.value(fams, rs.rank, vllmWaiting),
 			KVUsage: sc.value(fams, rs.rank, vllmKVUsage, vllmKVUsageOld),
+			// Counters the router learns each engine's prefill rate from.
+			PromptTokens:   sc.value(fams, rs.rank, vllmPromptTokens+"_total", vllmPromptTokens),
+			CachedTokens:   sc.value(fams, rs.rank, vllmHits+"_total", vllmHits, vllmHitsOld+"_total", vllmHitsOld),
+			PrefillSeconds: sc.histSum(fams, rs.rank, vllmPrefillTime),
+			PrefillCount:   sc.histCount(fams, rs.rank, vllmPrefillTime),
 		}
 		sc.m.ix.SetLoad(rs.r, l, now)
 		sc.m.ix.SetHealthy(rs.r, true)
@@ -183,6 +188,22 @@ func (sc *scraper) sample(f *dto.MetricFamily, rank int) *dto.Metric {
 		}
 	}
 	return fallback
+}
+
+// histSum and histCount read a histogram's _sum and _count for the rank; 0
+// when absent.
+func (sc *scraper) histSum(fams map[string]*dto.MetricFamily, rank int, name string) float64 {
+	if m := sc.sample(fams[name], rank); m != nil && m.Histogram != nil {
+		return m.GetHistogram().GetSampleSum()
+	}
+	return 0
+}
+
+func (sc *scraper) histCount(fams map[string]*dto.MetricFamily, rank int, name string) float64 {
+	if m := sc.sample(fams[name], rank); m != nil && m.Histogram != nil {
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return 0
 }
 
 func label(m *dto.Metric, name string) (string, bool) {

@@ -83,7 +83,7 @@ func TestScraperReadsLoadPerEngineAndHitRate(t *testing.T) {
 	}
 	ctx := context.Background()
 	scs[0].scrape(ctx)
-	for rank, want := range []index.Load{{Running: 3, Waiting: 1, KVUsage: 0.25}, {Running: 5, Waiting: 0, KVUsage: 0.5}} {
+	for rank, want := range []index.Load{{Running: 3, Waiting: 1, KVUsage: 0.25, CachedTokens: 50}, {Running: 5, Waiting: 0, KVUsage: 0.5}} {
 		st, _ := ix.Replica(h.rank(fmt.Sprintf("s/dp%d", rank)).r)
 		if st.Load != want || st.LoadAt.IsZero() || !st.Healthy {
 			t.Errorf("rank %d: %+v, want %+v", rank, st, want)
@@ -106,6 +106,47 @@ func TestScraperReadsLoadPerEngineAndHitRate(t *testing.T) {
 	}
 	if !m.Ready() {
 		t.Error("not ready with fresh load data")
+	}
+}
+
+// prefillPage is a vLLM /metrics page with the prefill counters the router
+// learns its prefill rate from (one engine, no DP label).
+func prefillPage(prompt, hits, prefillSum float64, prefillCount int) string {
+	return fmt.Sprintf(`# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m-p"} 2
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{model_name="m-p"} %g
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{model_name="m-p"} %g
+# TYPE vllm:request_prefill_time_seconds histogram
+vllm:request_prefill_time_seconds_bucket{le="1.0",model_name="m-p"} %d
+vllm:request_prefill_time_seconds_bucket{le="+Inf",model_name="m-p"} %d
+vllm:request_prefill_time_seconds_sum{model_name="m-p"} %g
+vllm:request_prefill_time_seconds_count{model_name="m-p"} %d
+`, prompt, hits, prefillCount, prefillCount, prefillSum, prefillCount)
+}
+
+func TestScraperLearnsThePrefillRate(t *testing.T) {
+	var body atomic.Value
+	body.Store(prefillPage(1000, 200, 0.5, 2))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, body.Load().(string))
+	}))
+	defer srv.Close()
+	pool := poolConfig("p", config.KeysEngine, replicaSpec{name: "s", metrics: srv.URL + "/metrics"})
+	m, ix, _ := newScrapeManager(t, pool)
+	sc := m.scrapers()[0]
+	sc.scrape(context.Background())
+	st, _ := ix.Replica(sc.ranks[0].r)
+	if st.Load.PromptTokens != 1000 || st.Load.CachedTokens != 200 || st.Load.PrefillSeconds != 0.5 || st.Load.PrefillCount != 2 || st.Load.Waiting != 2 {
+		t.Fatalf("load %+v", st.Load)
+	}
+	// +9,000 prompt tokens, 1,000 cached, in 4 requests over 2 s of prefill: 4,000 tokens/s.
+	body.Store(prefillPage(10000, 1200, 2.5, 6))
+	sc.scrape(context.Background())
+	st, _ = ix.Replica(sc.ranks[0].r)
+	if st.PrefillRate != 4000 || st.MeanPromptTokens != 2000 {
+		t.Fatalf("learned %g tokens/s and %g tokens per request, want 4000 and 2000", st.PrefillRate, st.MeanPromptTokens)
 	}
 }
 

@@ -65,11 +65,20 @@ func buildRouter(cfg *config.Config, ix *index.Index, parts map[string]poolParts
 		}
 		pools = append(pools, pc)
 	}
-	return extproc.NewRouter(ix, pools, extproc.RouterOptions{
-		LoadWeight:     cfg.Routing.LoadWeight,
-		KVUsageCeiling: cfg.Routing.KVUsageCeiling,
-		FailOpen:       cfg.Routing.FailOpenEnabled(),
-	})
+	return extproc.NewRouter(ix, pools, RouterOptions(cfg.Routing))
+}
+
+// RouterOptions maps the routing config onto the router's cost model.
+func RouterOptions(r config.Routing) extproc.RouterOptions {
+	return extproc.RouterOptions{
+		PrefillTokensPerSecond: r.PrefillTokensPerSecond,
+		ForeignRequestTokens:   r.ForeignRequestTokens,
+		DecodeInterference:     r.DecodeInterference.Std().Seconds(),
+		KVUsageCeiling:         r.KVUsageCeiling,
+		KVFullPenalty:          r.KVFullPenalty.Std().Seconds(),
+		PlacementSlack:         r.PlacementSlack,
+		FailOpen:               r.FailOpenEnabled(),
+	}
 }
 
 // serverTLS builds the ext_proc listener's TLS config (nil: plaintext); a

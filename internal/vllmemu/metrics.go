@@ -15,6 +15,7 @@ type metrics struct {
 	promptTokens, genTokens   prometheus.Counter
 	preemptions, success      prometheus.Counter
 	ttft, e2e                 prometheus.Observer
+	prefill, queue            prometheus.Observer
 	e                         *Engine
 }
 
@@ -50,6 +51,11 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 		preemptions:  counter(metricPreemptions, "Cumulative number of preemption from the engine."),
 		ttft:         hist(metricTTFT, "Histogram of time to first token in seconds.", ttftBuckets),
 		e2e:          hist(metricE2E, "Histogram of e2e request latency in seconds.", e2eBuckets),
+		// Prefill: first scheduled to first token, the latency model's
+		// prefill steps (with any decode sharing them); routers learn the
+		// prefill rate from it and vllm:prompt_tokens_total.
+		prefill: hist(metricPrefillTime, "Histogram of time spent in PREFILL phase for request.", requestTimeBuckets),
+		queue:   hist(metricQueueTime, "Histogram of time spent in WAITING phase for request.", requestTimeBuckets),
 	}
 	success := prometheus.NewCounter(prometheus.CounterOpts{Name: metricSuccess, Help: "Count of successfully processed requests.",
 		ConstLabels: prometheus.Labels{labelModelName: e.opts.Model, labelEngine: labels[labelEngine], labelFinishedReason: finishedReasonLength}})

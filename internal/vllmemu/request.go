@@ -26,6 +26,7 @@ type request struct {
 	admitted    bool
 	outputs     int
 	arrival     time.Time
+	scheduled   time.Time // first admission (vLLM's scheduled_ts)
 	firstToken  time.Time
 
 	out     chan output // buffered for every output, so sends never block

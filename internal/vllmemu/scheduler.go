@@ -117,7 +117,8 @@ func (e *Engine) schedule() []scheduled {
 		e.waiting = e.waiting[1:]
 		e.running = append(e.running, r)
 		if !r.admitted {
-			r.admitted, r.hitTokens = true, hitTokens
+			r.admitted, r.hitTokens, r.scheduled = true, hitTokens, e.opts.Now()
+			e.met.queue.Observe(r.scheduled.Sub(r.arrival).Seconds())
 			e.stats.Requests++
 			e.stats.PromptTokens += int64(r.promptLen)
 			e.stats.CachedPromptTokens += int64(hitTokens)
@@ -226,6 +227,7 @@ func (e *Engine) finishStep(plan []scheduled) {
 		if r.outputs == 1 {
 			r.firstToken = now
 			e.met.ttft.Observe(now.Sub(r.arrival).Seconds())
+			e.met.prefill.Observe(now.Sub(r.scheduled).Seconds())
 		}
 		if err := r.hashNewBlocks(e.hasher); err != nil {
 			e.log.Error("vllm-emu: hashing generated tokens", "err", err)
