@@ -189,8 +189,10 @@ type Decision struct {
 	// PromptTokens and MatchedTokens describe the prefix match (debug headers).
 	PromptTokens  int
 	MatchedTokens int
-	Outcome       string
-	Reason        string
+	// Cost is the chosen endpoint's estimated seconds to first token.
+	Cost    float64
+	Outcome string
+	Reason  string
 	// Status is the HTTP status of a rejection (Outcome rejected).
 	Status int
 	Err    error
@@ -404,7 +406,7 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 			}
 		}
 	}
-	d.Endpoint = cands[best].ep
+	d.Endpoint, d.Cost = cands[best].ep, cs[best]
 	return d
 }
 
@@ -481,7 +483,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 			}
 		}
 	}
-	d.MatchedTokens = min(bestMatched*blockSize, promptTokens)
+	d.MatchedTokens, d.Cost = min(bestMatched*blockSize, promptTokens), best
 	if bestMatched == 0 {
 		d.Outcome, d.Reason = OutcomeLoad, ReasonNoHit
 	}

@@ -16,7 +16,7 @@ type Load struct {
 	KVUsage float64 // vllm:kv_cache_usage_perc, 0..1
 
 	PromptTokens   float64 // vllm:prompt_tokens_total
-	CachedTokens   float64 // vllm:prefix_cache_hits_total (tokens)
+	CachedTokens   float64 // vllm:prompt_tokens_cached_total
 	PrefillSeconds float64 // vllm:request_prefill_time_seconds_sum
 	PrefillCount   float64 // vllm:request_prefill_time_seconds_count
 }
@@ -134,16 +134,21 @@ func (ix *Index) SetLoad(r Replica, l Load, at time.Time) {
 	rs.mu.Lock()
 	rs.load, rs.loadAt = l, at
 	rs.inFlightAtLoad = rs.inFlight.Load()
-	if rs.havePrev {
-		rs.learn(rs.prev, l)
+	if !rs.havePrev || rs.learn(rs.prev, l) {
+		rs.prev, rs.havePrev = l, true
 	}
-	rs.prev, rs.havePrev = l, true
 	rs.mu.Unlock()
 	rs.startedSinceLoad.Store(0)
 }
 
-// learn folds one scrape interval's counters into the learned rate.
-func (rs *replicaState) learn(prev, cur Load) {
+// minLearnRequests is the fewest prefills a learning window spans: the
+// counters move at each request's first token, so a window of one or two
+// long prompts is mostly noise.
+const minLearnRequests = 4
+
+// learn folds the counters' increase since prev into the learned rate and
+// reports whether prev is consumed (false: the window is still too short).
+func (rs *replicaState) learn(prev, cur Load) bool {
 	dPrompt := cur.PromptTokens - prev.PromptTokens
 	dCached := cur.CachedTokens - prev.CachedTokens
 	dSec := cur.PrefillSeconds - prev.PrefillSeconds
@@ -151,16 +156,20 @@ func (rs *replicaState) learn(prev, cur Load) {
 	uncached := dPrompt - dCached
 	for _, v := range []float64{dPrompt, dCached, dSec, dCount, uncached} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return
+			return true // a restart or bad counters: start a new window
 		}
 	}
-	if dCount <= 0 || dSec <= 0 {
-		return
+	if dCount < minLearnRequests {
+		return false
+	}
+	if dSec <= 0 {
+		return true
 	}
 	if rate := uncached / dSec; rate >= minLearnedRate && rate <= maxLearnedRate {
 		rs.rate = smooth(rs.rate, rate)
 	}
 	rs.meanTokens = smooth(rs.meanTokens, uncached/dCount)
+	return true
 }
 
 func smooth(old, sample float64) float64 {

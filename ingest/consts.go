@@ -89,6 +89,7 @@ const (
 	vllmHitsOld        = "vllm:gpu_prefix_cache_hits"
 	vllmCacheConfig    = "vllm:cache_config_info"
 	vllmPromptTokens   = "vllm:prompt_tokens"
+	vllmPromptCached   = "vllm:prompt_tokens_cached"
 	vllmPrefillTime    = "vllm:request_prefill_time_seconds"
 	labelModelName     = "model_name"
 	labelEngine        = "engine"

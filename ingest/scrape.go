@@ -100,7 +100,7 @@ func (sc *scraper) scrape(ctx context.Context) {
 			KVUsage: sc.value(fams, rs.rank, vllmKVUsage, vllmKVUsageOld),
 			// Counters the router learns each engine's prefill rate from.
 			PromptTokens:   sc.value(fams, rs.rank, vllmPromptTokens+"_total", vllmPromptTokens),
-			CachedTokens:   sc.value(fams, rs.rank, vllmHits+"_total", vllmHits, vllmHitsOld+"_total", vllmHitsOld),
+			CachedTokens:   sc.value(fams, rs.rank, vllmPromptCached+"_total", vllmPromptCached),
 			PrefillSeconds: sc.histSum(fams, rs.rank, vllmPrefillTime),
 			PrefillCount:   sc.histCount(fams, rs.rank, vllmPrefillTime),
 		}

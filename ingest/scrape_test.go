@@ -83,7 +83,7 @@ func TestScraperReadsLoadPerEngineAndHitRate(t *testing.T) {
 	}
 	ctx := context.Background()
 	scs[0].scrape(ctx)
-	for rank, want := range []index.Load{{Running: 3, Waiting: 1, KVUsage: 0.25, CachedTokens: 50}, {Running: 5, Waiting: 0, KVUsage: 0.5}} {
+	for rank, want := range []index.Load{{Running: 3, Waiting: 1, KVUsage: 0.25}, {Running: 5, Waiting: 0, KVUsage: 0.5}} {
 		st, _ := ix.Replica(h.rank(fmt.Sprintf("s/dp%d", rank)).r)
 		if st.Load != want || st.LoadAt.IsZero() || !st.Healthy {
 			t.Errorf("rank %d: %+v, want %+v", rank, st, want)
@@ -116,8 +116,8 @@ func prefillPage(prompt, hits, prefillSum float64, prefillCount int) string {
 vllm:num_requests_waiting{model_name="m-p"} 2
 # TYPE vllm:prompt_tokens_total counter
 vllm:prompt_tokens_total{model_name="m-p"} %g
-# TYPE vllm:prefix_cache_hits_total counter
-vllm:prefix_cache_hits_total{model_name="m-p"} %g
+# TYPE vllm:prompt_tokens_cached_total counter
+vllm:prompt_tokens_cached_total{model_name="m-p"} %g
 # TYPE vllm:request_prefill_time_seconds histogram
 vllm:request_prefill_time_seconds_bucket{le="1.0",model_name="m-p"} %d
 vllm:request_prefill_time_seconds_bucket{le="+Inf",model_name="m-p"} %d
@@ -140,6 +140,12 @@ func TestScraperLearnsThePrefillRate(t *testing.T) {
 	st, _ := ix.Replica(sc.ranks[0].r)
 	if st.Load.PromptTokens != 1000 || st.Load.CachedTokens != 200 || st.Load.PrefillSeconds != 0.5 || st.Load.PrefillCount != 2 || st.Load.Waiting != 2 {
 		t.Fatalf("load %+v", st.Load)
+	}
+	// Fewer than minLearnRequests requests since: nothing learned yet.
+	body.Store(prefillPage(2000, 200, 0.6, 3))
+	sc.scrape(context.Background())
+	if st, _ := ix.Replica(sc.ranks[0].r); st.PrefillRate != 0 {
+		t.Fatalf("learned %g tokens/s from one request", st.PrefillRate)
 	}
 	// +9,000 prompt tokens, 1,000 cached, in 4 requests over 2 s of prefill: 4,000 tokens/s.
 	body.Store(prefillPage(10000, 1200, 2.5, 6))

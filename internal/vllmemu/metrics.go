@@ -80,8 +80,16 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 func (m *metrics) admitted(promptTokens, hitTokens int) {
 	m.queries.Add(float64(promptTokens))
 	m.hits.Add(float64(hitTokens))
-	m.cached.Add(float64(hitTokens))
+}
+
+// prefilled records a request's prompt when its first token is out, as
+// vLLM's IterationStats counts prompt tokens (and their cached part) with
+// the prefill that produced them — the same instant its prefill time is
+// observed, which is what lets a router divide one by the other.
+func (m *metrics) prefilled(promptTokens, hitTokens int, seconds float64) {
 	m.promptTokens.Add(float64(promptTokens))
+	m.cached.Add(float64(hitTokens))
+	m.prefill.Observe(seconds)
 }
 
 func (m *metrics) finished(e2eSeconds float64) {

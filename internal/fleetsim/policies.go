@@ -1,0 +1,206 @@
+package fleetsim
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/internal/routebench"
+	"github.com/kvroute/kvroute/internal/vllmemu"
+	"github.com/kvroute/kvroute/server"
+)
+
+func newPicker(policy string, engines int, o Options) (picker, error) {
+	switch policy {
+	case PolicyKVRoute:
+		return newKVRoute(engines, o)
+	case PolicyApproxPrefix:
+		// GIE's approximate prefix scorer with its defaults (64-character
+		// chunks, 31,250 chunks remembered per server, 4 characters per
+		// token) and the benchmark's load term (256 tokens per request in
+		// flight). Tokens are spelled as 4 characters each, so one chunk is
+		// exactly 16 tokens of the prompt.
+		return &gatewayPicker{pol: routebench.NewApproxPrefix(256), text: true}, nil
+	case PolicyRoundRobin:
+		return &gatewayPicker{pol: &routebench.RoundRobin{}}, nil
+	case PolicyLeastLoaded:
+		return &gatewayPicker{pol: &routebench.LeastLoaded{}}, nil
+	case PolicyRandom:
+		return &gatewayPicker{pol: routebench.NewRandom(o.Seed)}, nil
+	case policyPooled:
+		return &gatewayPicker{pol: &routebench.RoundRobin{}}, nil
+	}
+	return nil, fmt.Errorf("unknown policy %q (known: %s)", policy, strings.Join(AllPolicies, ", "))
+}
+
+// gatewayPicker runs one of the benchmark's gateway-side policies; it sees
+// only its own in-flight counts (and, for approx-prefix, the prompt).
+type gatewayPicker struct {
+	pol  routebench.Policy
+	text bool
+	buf  []byte
+}
+
+func (g *gatewayPicker) pick(_ time.Time, _ int, tokens []int, inFlight []int) (int, error) {
+	prompt := ""
+	if g.text {
+		g.buf = spell(g.buf[:0], tokens)
+		prompt = string(g.buf)
+	}
+	return g.pol.Pick(prompt, routebench.FleetView{InFlight: inFlight}), nil
+}
+
+func (*gatewayPicker) done(int)                          {}
+func (*gatewayPicker) events(int, []byte) error          { return nil }
+func (*gatewayPicker) scrape(time.Time, []vllmemu.Stats) {}
+func (*gatewayPicker) decisions() map[string]int         { return nil }
+
+// spell writes each token id as 4 base-64 characters.
+func spell(dst []byte, tokens []int) []byte {
+	const digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for _, t := range tokens {
+		dst = append(dst, digits[t>>18&63], digits[t>>12&63], digits[t>>6&63], digits[t&63])
+	}
+	return dst
+}
+
+// kvPicker is kvroute itself: its config parsed as `kvroute serve` parses
+// it, its index on the virtual clock, one ingest Applier per engine fed
+// every step's KV events, load "scraped" from the engines' counters, and
+// the router's Decide on a real /v1/completions body of token ids.
+type kvPicker struct {
+	ix       *index.Index
+	router   *extproc.Router
+	eps      []extproc.Endpoint
+	appliers []*ingest.Applier
+	byAddr   map[string]int
+	pending  map[int]*extproc.Decision
+	counts   map[string]int
+	now      time.Time
+	body     []byte
+}
+
+const simModel = "sim"
+
+// kvrouteYAML is the simulated deployment's kvroute config: engine keys
+// (vLLM's own xxhash hashes, PYTHONHASHSEED 0), the engines' block size.
+func kvrouteYAML(engines, blockSize int, routing string) string {
+	var b strings.Builder
+	b.WriteString("listen: {extproc: \"127.0.0.1:0\", admin: \"\"}\n")
+	if routing != "" {
+		fmt.Fprintf(&b, "routing: %s\n", routing)
+	}
+	fmt.Fprintf(&b, "pools:\n  - name: fleet\n    models: [%q]\n    block_size: %d\n    keys: engine\n    hash: {algorithm: %s, seed: %q}\n    replicas:\n",
+		simModel, blockSize, simAlgo.String(), fleetSeed)
+	for i := range engines {
+		fmt.Fprintf(&b, "      - {name: vllm-%d, address: \"10.0.%d.%d:8000\"}\n", i, i/250, i%250+1)
+	}
+	return b.String()
+}
+
+func newKVRoute(engines int, o Options) (*kvPicker, error) {
+	cfg, err := config.Parse([]byte(kvrouteYAML(engines, o.BlockSize, o.RoutingYAML)))
+	if err != nil {
+		return nil, fmt.Errorf("kvroute config: %w", err)
+	}
+	k := &kvPicker{byAddr: map[string]int{}, pending: map[int]*extproc.Decision{}, counts: map[string]int{}, now: epoch}
+	k.ix = index.New(index.Options{
+		TTL: cfg.Index.TTL.Std(), MaxEntries: cfg.Index.MaxEntries, CPUTierWeight: cfg.Index.CPUTierWeight,
+		SpeculativeTTL: cfg.Index.SpeculativeTTL.Std(), Now: func() time.Time { return k.now },
+	})
+	pc := &cfg.Pools[0]
+	pid, err := k.ix.AddPool(pc.Name)
+	if err != nil {
+		return nil, err
+	}
+	for i, rc := range pc.Replicas {
+		r, err := k.ix.AddReplica(pid, rc.Name)
+		if err != nil {
+			return nil, err
+		}
+		a, err := ingest.NewApplier(k.ix, pc, r, rc.Name, func() time.Time { return k.now })
+		if err != nil {
+			return nil, err
+		}
+		k.appliers = append(k.appliers, a)
+		k.eps = append(k.eps, extproc.Endpoint{Replica: r, Name: rc.Name, Address: rc.Address, DPSize: 1})
+		k.byAddr[rc.Address] = i
+	}
+	algo, err := blockhash.ParseAlgorithm(pc.Hash.Algorithm)
+	if err != nil {
+		return nil, err
+	}
+	bs := pc.BlockSize
+	k.router, err = extproc.NewRouter(k.ix, []extproc.PoolConfig{{
+		Name: pc.Name, ID: pid, Models: pc.Models, EngineKeys: true, Algorithm: algo, Seed: pc.Hash.Seed,
+		BlockSize: func() int { return bs }, Endpoints: k.eps,
+	}}, server.RouterOptions(cfg.Routing))
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
+	k.now = now
+	b := append(k.body[:0], `{"model":"`+simModel+`","max_tokens":1,"prompt":[`...)
+	for i, t := range tokens {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(t), 10)
+	}
+	b = append(b, "]}"...)
+	k.body = b
+	d := k.router.Decide("/v1/completions", b, nil)
+	k.counts[d.Outcome+"/"+d.Reason]++
+	if d.Endpoint == nil {
+		return 0, fmt.Errorf("kvroute: %s/%s: %v", d.Outcome, d.Reason, d.Err)
+	}
+	if debugPick {
+		fmt.Printf("PRED id=%d cost=%.3f matched=%d prompt=%d ep=%s\n", id, d.Cost, d.MatchedTokens, len(tokens), d.Endpoint.Name)
+	}
+	if debugPick && (id%25 == 0) {
+		fmt.Printf("t=%.1f id=%d prompt=%d chosen=%s matched=%d\n", now.Sub(epoch).Seconds(), id, len(tokens), d.Endpoint.Name, d.MatchedTokens)
+		for _, ep := range k.eps {
+			st, _ := k.ix.ReplicaAt(ep.Replica, 10000)
+			fmt.Printf("   %s pend=%.0f infl=%d run=%.0f wait=%.0f rate=%.0f kv=%.2f\n", ep.Name, st.PendingTokens, st.InFlight, st.Load.Running, st.Load.Waiting, st.PrefillRate, st.Load.KVUsage)
+		}
+	}
+	k.router.Begin(&d)
+	k.pending[id] = &d
+	return k.byAddr[d.Endpoint.Address], nil
+}
+
+func (k *kvPicker) done(id int) {
+	if d := k.pending[id]; d != nil {
+		if debugPick {
+			fmt.Printf("DONE id=%d\n", id)
+		}
+		k.router.End(d)
+		delete(k.pending, id)
+	}
+}
+
+func (k *kvPicker) events(e int, payload []byte) error { return k.appliers[e].Apply(payload) }
+
+func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
+	k.now = now
+	for i, s := range stats {
+		k.ix.SetLoad(k.eps[i].Replica, index.Load{
+			Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage,
+			PromptTokens: float64(s.PrefilledPromptTokens), CachedTokens: float64(s.PrefilledCachedTokens),
+			PrefillSeconds: s.PrefillSeconds, PrefillCount: float64(s.PrefillCount),
+		}, now)
+	}
+}
+
+func (k *kvPicker) decisions() map[string]int { return k.counts }
+
+var debugPick = false
