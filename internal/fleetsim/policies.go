@@ -84,6 +84,11 @@ type kvPicker struct {
 	counts   map[string]int
 	now      time.Time
 	body     []byte
+	// matches and blockSize serve the moved-from-holder count;
+	// movedTokens sums the cached tokens those decisions gave up.
+	matches     []index.Match
+	blockSize   int
+	movedTokens int64
 }
 
 const simModel = "sim"
@@ -137,6 +142,7 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 		return nil, err
 	}
 	bs := pc.BlockSize
+	k.blockSize = bs
 	k.router, err = extproc.NewRouter(k.ix, []extproc.PoolConfig{{
 		Name: pc.Name, ID: pid, Models: pc.Models, EngineKeys: true, Algorithm: algo, Seed: pc.Hash.Seed,
 		BlockSize: func() int { return bs }, Endpoints: k.eps,
@@ -163,14 +169,17 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 	if d.Endpoint == nil {
 		return 0, fmt.Errorf("kvroute: %s/%s: %v", d.Outcome, d.Reason, d.Err)
 	}
-	if debugPick {
-		fmt.Printf("PRED id=%d cost=%.3f matched=%d prompt=%d ep=%s\n", id, d.Cost, d.MatchedTokens, len(tokens), d.Endpoint.Name)
-	}
-	if debugPick && (id%25 == 0) {
-		fmt.Printf("t=%.1f id=%d prompt=%d chosen=%s matched=%d\n", now.Sub(epoch).Seconds(), id, len(tokens), d.Endpoint.Name, d.MatchedTokens)
-		for _, ep := range k.eps {
-			st, _ := k.ix.ReplicaAt(ep.Replica, 10000)
-			fmt.Printf("   %s pend=%.0f infl=%d run=%.0f wait=%.0f rate=%.0f kv=%.2f\n", ep.Name, st.PendingTokens, st.InFlight, st.Load.Running, st.Load.Waiting, st.PrefillRate, st.Load.KVUsage)
+	// Hypothesis (a) of issue 14, counted: the request went to a replica
+	// holding less of its prefix than the best holder did.
+	if len(d.Keys) > 0 {
+		best := 0
+		k.matches = k.ix.LookupRoute(k.eps[0].Replica.Pool, d.Keys, k.matches[:0])
+		for _, m := range k.matches {
+			best = max(best, m.Blocks)
+		}
+		if best*k.blockSize > d.MatchedTokens {
+			k.counts["moved-from-holder"]++
+			k.movedTokens += int64(best*k.blockSize - d.MatchedTokens)
 		}
 	}
 	k.router.Begin(&d)
@@ -180,9 +189,6 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 
 func (k *kvPicker) done(id int) {
 	if d := k.pending[id]; d != nil {
-		if debugPick {
-			fmt.Printf("DONE id=%d\n", id)
-		}
 		k.router.End(d)
 		delete(k.pending, id)
 	}
@@ -201,6 +207,9 @@ func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
 	}
 }
 
-func (k *kvPicker) decisions() map[string]int { return k.counts }
-
-var debugPick = false
+func (k *kvPicker) decisions() map[string]int {
+	if k.movedTokens > 0 {
+		k.counts["moved-from-holder (cached tokens given up)"] = int(k.movedTokens)
+	}
+	return k.counts
+}

@@ -181,9 +181,6 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 	var evErr error
 	first := func(q *vllmemu.VirtualRequest) {
 		res.TTFT = append(res.TTFT, q.FirstToken().Sub(q.Arrival()))
-		if debugPick {
-			fmt.Printf("TTFT id=%d ttft=%.3f hit=%d\n", q.ID, q.FirstToken().Sub(q.Arrival()).Seconds(), q.HitTokens())
-		}
 		res.PromptTokens += int64(q.PromptTokens())
 		res.HitTokens += int64(q.HitTokens())
 	}
