@@ -151,3 +151,29 @@ func TestPlacementIsStickyWithinTheLoadBound(t *testing.T) {
 		t.Fatal("placed on its rendezvous home with 10 s of queued prefill")
 	}
 }
+
+// TestDecideIDsIsDecide: the fleet simulator's entry point takes the same
+// path as a parsed /v1/completions body of token ids.
+func TestDecideIDsIsDecide(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	ids := wordTokenizer{}.Encode(sharedPrefix, true)
+	h.ix.Store(h.eps[2].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
+	var body strings.Builder
+	body.WriteString(`{"model":"qwen3","prompt":[`)
+	for i, id := range ids {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprint(&body, id)
+	}
+	body.WriteString(`]}`)
+	a := h.server.router.Decide("/v1/completions", []byte(body.String()), nil)
+	b := h.server.router.DecideIDs("qwen3", ids)
+	if a.Endpoint == nil || b.Endpoint == nil || a.Endpoint.Address != h.eps[2].Address || b.Endpoint.Address != a.Endpoint.Address ||
+		a.MatchedTokens != b.MatchedTokens || a.Outcome != b.Outcome || len(a.Keys) != len(b.Keys) {
+		t.Fatalf("Decide %+v\nDecideIDs %+v", a, b)
+	}
+	if d := h.server.router.DecideIDs("nope", ids); d.Outcome != OutcomeRejected || d.Status != 404 {
+		t.Fatalf("unknown model: %+v", d)
+	}
+}

@@ -234,6 +234,25 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 		}
 		return r.byLoad(p, subset, reason, nil)
 	}
+	return r.decideIDs(p, ref.lora, req.CacheSalt, ids, subset)
+}
+
+// DecideIDs routes a completion whose prompt token ids are already known,
+// for model (a served model or LoRA adapter name): the path Decide takes
+// after parsing and tokenizing a body. The fleet simulator calls it to skip
+// JSON; its decisions are Decide's.
+func (r *Router) DecideIDs(model string, ids []int) Decision {
+	ref, ok := r.byModel[model]
+	if !ok {
+		return r.failOpen(nil, nil, ReasonUnknownModel, 404, fmt.Errorf("model %q is not served by any pool", model))
+	}
+	if len(ids) == 0 {
+		return r.byLoad(ref.pool, nil, ReasonEmptyPrompt, nil)
+	}
+	return r.decideIDs(ref.pool, ref.lora, "", ids, nil)
+}
+
+func (r *Router) decideIDs(p *pool, lora, salt string, ids []int, subset map[string]bool) Decision {
 	k, err := p.keyerFor()
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err)
@@ -241,7 +260,7 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 	if k == nil {
 		return r.byLoad(p, subset, ReasonBlockSizeUnknown, nil)
 	}
-	keys, err := k.keys(make([]index.BlockKey, 0, len(ids)/k.blockSize), ids, blockhash.RequestKeys{LoRAName: ref.lora, CacheSalt: req.CacheSalt})
+	keys, err := k.keys(make([]index.BlockKey, 0, len(ids)/k.blockSize), ids, blockhash.RequestKeys{LoRAName: lora, CacheSalt: salt})
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err)
 	}

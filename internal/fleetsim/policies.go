@@ -2,7 +2,6 @@ package fleetsim
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -73,7 +72,8 @@ func spell(dst []byte, tokens []int) []byte {
 // kvPicker is kvroute itself: its config parsed as `kvroute serve` parses
 // it, its index on the virtual clock, one ingest Applier per engine fed
 // every step's KV events, load "scraped" from the engines' counters, and
-// the router's Decide on a real /v1/completions body of token ids.
+// the router's decision on the prompt's token ids (Router.DecideIDs, the
+// path Decide takes once a /v1/completions body is parsed).
 type kvPicker struct {
 	ix       *index.Index
 	router   *extproc.Router
@@ -83,7 +83,6 @@ type kvPicker struct {
 	pending  map[int]*extproc.Decision
 	counts   map[string]int
 	now      time.Time
-	body     []byte
 	// matches and blockSize serve the moved-from-holder count;
 	// movedTokens sums the cached tokens those decisions gave up.
 	matches     []index.Match
@@ -155,16 +154,9 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 
 func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
 	k.now = now
-	b := append(k.body[:0], `{"model":"`+simModel+`","max_tokens":1,"prompt":[`...)
-	for i, t := range tokens {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, int64(t), 10)
-	}
-	b = append(b, "]}"...)
-	k.body = b
-	d := k.router.Decide("/v1/completions", b, nil)
+	// Router.DecideIDs is Decide after the body is parsed: a body of 12k
+	// token ids through encoding/json would be most of the simulation's time.
+	d := k.router.DecideIDs(simModel, tokens)
 	k.counts[d.Outcome+"/"+d.Reason]++
 	if d.Endpoint == nil {
 		return 0, fmt.Errorf("kvroute: %s/%s: %v", d.Outcome, d.Reason, d.Err)
