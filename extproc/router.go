@@ -479,30 +479,35 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	if len(cands) == 0 {
 		return r.noEligible(d)
 	}
-	best, ties, bestMatched := math.Inf(1), 0, 0
+	var costBuf [64]float64
+	var matchBuf [64]int
+	costs, matched := costBuf[:0], matchBuf[:0]
+	best, ties := 0, 0
 	for i := range cands {
 		c := &cands[i]
 		var weighted float64
-		matched := 0
+		blocks := 0
 		for _, m := range matches {
 			if m.Replica == c.ep.Replica.ID {
-				weighted, matched = m.Weighted, m.Blocks
+				weighted, blocks = m.Weighted, m.Blocks
 				break
 			}
 		}
-		cost := r.cost(c, float64(promptTokens)-weighted*float64(blockSize))
+		costs = append(costs, r.cost(c, float64(promptTokens)-weighted*float64(blockSize)))
+		matched = append(matched, blocks)
 		switch {
-		case d.Endpoint == nil || cost < best:
-			best, ties, bestMatched, d.Endpoint = cost, 1, matched, c.ep
-		case cost == best:
+		case i == 0 || costs[i] < costs[best]:
+			best, ties = i, 1
+		case costs[i] == costs[best]:
 			// Reservoir sampling keeps each tied endpoint with equal chance.
 			ties++
 			if rand.IntN(ties) == 0 {
-				bestMatched, d.Endpoint = matched, c.ep
+				best = i
 			}
 		}
 	}
-	d.MatchedTokens, d.Cost = min(bestMatched*blockSize, promptTokens), best
+	bestMatched := matched[best]
+	d.Endpoint, d.Cost, d.MatchedTokens = cands[best].ep, costs[best], min(bestMatched*blockSize, promptTokens)
 	if bestMatched == 0 {
 		d.Outcome, d.Reason = OutcomeLoad, ReasonNoHit
 	}

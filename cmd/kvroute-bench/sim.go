@@ -29,6 +29,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	fs.DurationVar(&o.Prefill, "prefill-per-token", o.Prefill, "simulated step time per uncached prompt token")
 	fs.DurationVar(&o.Decode, "decode-per-token", o.Decode, "simulated time of a decode step")
 	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", o.ScrapeInterval, "how often kvroute reads the engines' load")
+	fs.DurationVar(&o.IndexTTL, "index-ttl", 0, "kvroute's index.ttl (0: its default)")
 	fs.StringVar(&o.RoutingYAML, "routing", "", `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}"`)
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
@@ -67,8 +68,8 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 		}
 	}
 	header := fmt.Sprintf("Fleet simulation: %d requests, %d engines × %d blocks × %d tokens\n\n"+
-		"`kvroute-bench sim --trace %s --engines %d --kv-blocks %d --block-size %d --speedup %g` (wall %s)\n\n",
-		len(recs), o.Engines, o.KVBlocks, o.BlockSize, *trace, o.Engines, o.KVBlocks, o.BlockSize, *speedup, time.Since(start).Round(time.Second))
+		"`kvroute-bench sim %s` (wall %s)\n\n",
+		len(recs), o.Engines, o.KVBlocks, o.BlockSize, strings.Join(args, " "), time.Since(start).Round(time.Second))
 	if err := rep.Write(*out, header); err != nil {
 		return err
 	}

@@ -94,9 +94,12 @@ const simModel = "sim"
 
 // kvrouteYAML is the simulated deployment's kvroute config: engine keys
 // (vLLM's own xxhash hashes, PYTHONHASHSEED 0), the engines' block size.
-func kvrouteYAML(engines, blockSize int, routing string) string {
+func kvrouteYAML(engines, blockSize int, routing string, indexTTL time.Duration) string {
 	var b strings.Builder
 	b.WriteString("listen: {extproc: \"127.0.0.1:0\", admin: \"\"}\n")
+	if indexTTL > 0 {
+		fmt.Fprintf(&b, "index: {ttl: %s}\n", indexTTL)
+	}
 	if routing != "" {
 		fmt.Fprintf(&b, "routing: %s\n", routing)
 	}
@@ -109,7 +112,7 @@ func kvrouteYAML(engines, blockSize int, routing string) string {
 }
 
 func newKVRoute(engines int, o Options) (*kvPicker, error) {
-	cfg, err := config.Parse([]byte(kvrouteYAML(engines, o.BlockSize, o.RoutingYAML)))
+	cfg, err := config.Parse([]byte(kvrouteYAML(engines, o.BlockSize, o.RoutingYAML, o.IndexTTL)))
 	if err != nil {
 		return nil, fmt.Errorf("kvroute config: %w", err)
 	}
@@ -158,6 +161,7 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 	// token ids through encoding/json would be most of the simulation's time.
 	d := k.router.DecideIDs(simModel, tokens)
 	k.counts[d.Outcome+"/"+d.Reason]++
+	k.counts["expected cached tokens"] += d.MatchedTokens // what the index promised
 	if d.Endpoint == nil {
 		return 0, fmt.Errorf("kvroute: %s/%s: %v", d.Outcome, d.Reason, d.Err)
 	}

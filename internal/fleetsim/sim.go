@@ -46,7 +46,9 @@ type Options struct {
 	// RoutingYAML is extra kvroute routing config ("{placement_slack: 1}"),
 	// for tuning; "" takes the defaults.
 	RoutingYAML string
-	Seed        uint64
+	// IndexTTL is kvroute's index.ttl; 0 keeps its default.
+	IndexTTL time.Duration
+	Seed     uint64
 	// Progress, when set, receives a line every ProgressEvery requests.
 	Progress      io.Writer
 	ProgressEvery int
