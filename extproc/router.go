@@ -197,7 +197,8 @@ type Decision struct {
 	Status int
 	Err    error
 
-	ticket index.Ticket // the request's place in its replica's prefill queue
+	ticket        index.Ticket // the request's place in its replica's prefill queue
+	matchedBlocks int          // blocks of Keys the chosen replica held
 }
 
 // Decide picks an endpoint for a request. subset, when non-nil, restricts the
@@ -508,6 +509,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	}
 	bestMatched := matched[best]
 	d.Endpoint, d.Cost, d.MatchedTokens = cands[best].ep, costs[best], min(bestMatched*blockSize, promptTokens)
+	d.matchedBlocks = min(bestMatched, len(keys))
 	if bestMatched == 0 {
 		d.Outcome, d.Reason = OutcomeLoad, ReasonNoHit
 	}
@@ -527,6 +529,9 @@ func (r *Router) Begin(d *Decision) {
 	}
 	d.ticket = r.ix.BeginWork(d.Endpoint.Replica, max(d.PromptTokens-d.MatchedTokens, 0), rate)
 	if len(d.Keys) > 0 {
+		// The request will hit these on its replica: keep them as fresh
+		// as the engine's LRU does.
+		r.ix.Touch(d.Endpoint.Replica, d.Keys[:d.matchedBlocks])
 		r.ix.StoreSpeculative(d.Endpoint.Replica, d.Keys)
 	}
 }

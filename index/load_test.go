@@ -72,3 +72,21 @@ func TestSetLoadLearnsPrefillRateAndForeignQueue(t *testing.T) {
 		t.Fatalf("bad counters moved the learned rate to %g", st.PrefillRate)
 	}
 }
+
+// TestTouchKeepsHitBlocksAlive: a block stored once and hit ever since must
+// outlive the TTL; one nobody touches expires; Touch by a non-holder does
+// not make it a holder.
+func TestTouchKeepsHitBlocksAlive(t *testing.T) {
+	f := newFixture(t, 2, Options{TTL: time.Minute})
+	a, b := f.r[0], f.r[1]
+	hot, cold := keys(0, 2), keys(100, 2)
+	f.ix.Store(a, hot, TierGPU)
+	f.ix.Store(a, cold, TierGPU)
+	for range 5 {
+		f.clock.Advance(40 * time.Second)
+		f.ix.Touch(a, hot)
+		f.ix.Touch(b, cold)
+	}
+	equalRuns(t, f.ix.LookupRoute(f.pool, hot, nil), map[ReplicaID]int{a.ID: 2})
+	equalRuns(t, f.ix.LookupRoute(f.pool, cold, nil), map[ReplicaID]int{})
+}

@@ -279,3 +279,27 @@ func (s *shard) dropLocked(p *pool, k BlockKey, e entry) {
 	delete(s.m, k)
 	delete(s.tiers, k)
 }
+
+// Touch refreshes the freshness of the keys r already holds, as a cache hit
+// refreshes them in the engine's LRU: vLLM sends no event when a request
+// reuses cached blocks, so without it a block every request hits would
+// expire after Options.TTL while the engine keeps it hottest. The router
+// touches the blocks a routed request matched on its replica. Keys r does
+// not hold are left alone.
+func (ix *Index) Touch(r Replica, keys []BlockKey) {
+	p := ix.pool(r.Pool)
+	if p == nil || int(r.ID) >= MaxReplicas {
+		return
+	}
+	bit := uint64(1) << r.ID
+	now := ix.nowTick()
+	for _, k := range keys {
+		s := p.shardOf(k)
+		s.mu.Lock()
+		if e, ok := s.m[k]; ok && e.held&bit != 0 && now-e.tick() <= ix.ttlTicks {
+			e.seen = now | e.seen&cpuFlag
+			s.m[k] = e
+		}
+		s.mu.Unlock()
+	}
+}
