@@ -19,7 +19,7 @@ const (
 	DefaultDecodeInterference  = 2 * time.Millisecond
 	DefaultKVUsageCeiling      = 0.98
 	DefaultKVFullPenalty       = 500 * time.Millisecond
-	DefaultPlacementSlack      = 0.5
+	DefaultPlacementSlack      = 0.0
 	DefaultBodyLimitBytes      = 8 << 20
 	DefaultQueueSize           = 1024
 	DefaultReconnectMaxBackoff = 30 * time.Second
