@@ -90,3 +90,17 @@ func TestTouchKeepsHitBlocksAlive(t *testing.T) {
 	equalRuns(t, f.ix.LookupRoute(f.pool, hot, nil), map[ReplicaID]int{a.ID: 2})
 	equalRuns(t, f.ix.LookupRoute(f.pool, cold, nil), map[ReplicaID]int{})
 }
+
+// TestRemoveEndsSpeculation: a BlockRemoved for a block the router expected
+// a replica to keep ends that speculation at once, not after
+// SpeculativeTTL; another replica's speculation on it stays.
+func TestRemoveEndsSpeculation(t *testing.T) {
+	f := newFixture(t, 2, Options{SpeculativeTTL: 10 * time.Second})
+	a, b := f.r[0], f.r[1]
+	ks := keys(0, 3)
+	f.ix.Store(a, ks, TierGPU)
+	f.ix.StoreSpeculative(a, ks)
+	f.ix.StoreSpeculative(b, ks[:1])
+	f.ix.Remove(a, ks[1:], TierGPU) // the engine evicted blocks 1 and 2
+	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 1, b.ID: 1})
+}

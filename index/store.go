@@ -143,6 +143,15 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	for _, k := range keys {
 		s := p.shardOf(k)
 		s.mu.Lock()
+		if se, ok := s.spec[k]; ok && se.held&bit != 0 && tier == TierGPU {
+			// The engine evicted what the router expected it to keep: the
+			// speculation is over for this block.
+			if se.held &^= bit; se.held == 0 {
+				delete(s.spec, k)
+			} else {
+				s.spec[k] = se
+			}
+		}
 		e, ok := s.m[k]
 		if !ok || e.held&bit == 0 {
 			s.mu.Unlock()
