@@ -26,6 +26,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block (engines and kvroute)")
 	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "running sequences per engine")
 	fs.IntVar(&o.MaxNumBatchedTokens, "max-num-batched-tokens", o.MaxNumBatchedTokens, "token budget of one engine step (chunked prefill)")
+	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "context length (capped at one engine's KV); longer requests count as errors")
 	fs.DurationVar(&o.Prefill, "prefill-per-token", o.Prefill, "simulated step time per uncached prompt token")
 	fs.DurationVar(&o.Decode, "decode-per-token", o.Decode, "simulated time of a decode step")
 	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", o.ScrapeInterval, "how often kvroute reads the engines' load")

@@ -145,6 +145,9 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 		MaxNumBatchedTokens: o.MaxNumBatchedTokens, MaxModelLen: o.MaxModelLen,
 		PrefillPerToken: o.Prefill, DecodePerToken: o.Decode,
 	}
+	// A context longer than the KV cache cannot run: cap it (longer prompts
+	// are then counted as errors, as vLLM rejects them).
+	eo.MaxModelLen = min(eo.MaxModelLen, (o.KVBlocks-1)*o.BlockSize)
 	if policy == policyPooled {
 		// One engine with the whole fleet's KV, sequence slots, token budget
 		// and prefill speed: what no router over these engines beats by much.
