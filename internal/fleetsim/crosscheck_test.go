@@ -12,7 +12,7 @@ import (
 )
 
 // TestSimulatorAgreesWithTheRealSocketBenchmark is issue 14's cross-check:
-// one small scenario — 4 engines, 4 shared documents of ~500 tokens, 32
+// one small scenario — 4 engines, 4 shared documents of ~500 tokens, 64
 // requests at 8 req/s — run by the real-socket benchmark (emulated engines
 // over HTTP + ZeroMQ, kvroute over gRPC behind the fake Envoy) and by the
 // simulator (the same requests, tokenized as the engines do, on Virtual
@@ -25,7 +25,7 @@ func TestSimulatorAgreesWithTheRealSocketBenchmark(t *testing.T) {
 	dir := shareddata.TokenizerDir(t, "qwen3")
 	w := routebench.WorkloadParams{Kind: routebench.SharedPrefix, Groups: 4, UsersPerGroup: 3, PrefixWords: 460,
 		QuestionWords: 8, MaxTokens: 2, Seed: 4}
-	const rate, n = 8, 32
+	const rate, n = 8, 64
 	bo := routebench.BenchOptions{
 		TokenizerDir: dir, Model: "qwen3", Replicas: 4, NumBlocks: 256, BlockSize: 16, MaxNumSeqs: 4,
 		Prefill: 20 * time.Microsecond, Decode: time.Millisecond, Seed: "0",
