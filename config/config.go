@@ -66,11 +66,30 @@ type Index struct {
 
 // Routing tunes the decision and the failure policy.
 type Routing struct {
-	// LoadWeight is the cost, in prompt tokens, of one queued request
-	// (running + waiting + this router's recent in-flight) on a replica.
+	// LoadWeight is deprecated and ignored: the cost is in seconds (see
+	// PrefillTokensPerSecond). Still accepted so old files load; the server
+	// warns when it is set.
 	LoadWeight float64 `yaml:"load_weight"`
-	// KVUsageCeiling skips replicas whose KV-cache usage (0..1) is above it.
+	// PrefillTokensPerSecond is a replica's prefill throughput (uncached
+	// prompt tokens per second) until it is learned from the engine's
+	// vllm:prompt_tokens_total and vllm:request_prefill_time_seconds.
+	PrefillTokensPerSecond float64 `yaml:"prefill_tokens_per_second"`
+	// ForeignRequestTokens is the uncached prompt, in tokens, assumed for a
+	// waiting request this router did not route, until the engine's mean
+	// is learned from the same counters.
+	ForeignRequestTokens float64 `yaml:"foreign_request_tokens"`
+	// DecodeInterference is the seconds one decoding sequence on a replica
+	// adds to a new request's time to first token there.
+	DecodeInterference Duration `yaml:"decode_interference"`
+	// KVUsageCeiling: a replica whose KV-cache usage (0..1) is above it
+	// costs KVFullPenalty more. It never makes a replica ineligible.
 	KVUsageCeiling float64 `yaml:"kv_usage_ceiling"`
+	// KVFullPenalty is the extra cost of a replica above KVUsageCeiling.
+	KVFullPenalty Duration `yaml:"kv_full_penalty"`
+	// PlacementSlack bounds the sticky (rendezvous) placement of prompts no
+	// replica holds: a replica may cost up to this fraction of the
+	// request's own prefill time more than the cheapest.
+	PlacementSlack float64 `yaml:"placement_slack"`
 	// FailOpen routes by load alone on any internal error (bad JSON, unknown
 	// model, tokenizer failure) instead of rejecting the request.
 	FailOpen *bool `yaml:"fail_open"`

@@ -41,7 +41,11 @@ func TestDefaultsAreAppliedOnce(t *testing.T) {
 		{"index.max_entries", c.Index.MaxEntries, DefaultMaxEntries},
 		{"index.cpu_tier_weight", c.Index.CPUTierWeight, DefaultCPUTierWeight},
 		{"index.speculative_ttl", c.Index.SpeculativeTTL.Std(), DefaultSpeculativeTTL},
-		{"routing.load_weight", c.Routing.LoadWeight, float64(DefaultLoadWeight)},
+		{"routing.load_weight", c.Routing.LoadWeight, 0.0},
+		{"routing.prefill_tokens_per_second", c.Routing.PrefillTokensPerSecond, float64(DefaultPrefillTokensPerSec)},
+		{"routing.decode_interference", c.Routing.DecodeInterference.Std(), DefaultDecodeInterference},
+		{"routing.kv_full_penalty", c.Routing.KVFullPenalty.Std(), DefaultKVFullPenalty},
+		{"routing.placement_slack", c.Routing.PlacementSlack, DefaultPlacementSlack},
 		{"routing.fail_open", c.Routing.FailOpenEnabled(), true},
 		{"routing.body_limit_bytes", c.Routing.BodyLimitBytes, DefaultBodyLimitBytes},
 		{"routing.body_mode", c.Routing.BodyMode, BodyModeBuffered},
@@ -67,13 +71,13 @@ func TestExplicitZeroesAreKept(t *testing.T) {
 	c, err := Parse([]byte(`
 listen: {admin: ""}
 index: {cpu_tier_weight: 0, speculative_ttl: 0}
-routing: {load_weight: 0, fail_open: false}
+routing: {load_weight: 0, fail_open: false, placement_slack: 0}
 ingest: {scrape_interval: 0}
 ` + minimal))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Index.SpeculativeTTL != 0 || c.Routing.LoadWeight != 0 ||
+	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Index.SpeculativeTTL != 0 || c.Routing.LoadWeight != 0 || c.Routing.PlacementSlack != 0 ||
 		c.Routing.FailOpenEnabled() || c.Ingest.ScrapeInterval != 0 {
 		t.Fatalf("explicit zero values were overwritten: %+v", c)
 	}

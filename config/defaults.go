@@ -17,8 +17,12 @@ const (
 	DefaultMaxEntries          = 20_000_000
 	DefaultCPUTierWeight       = 0.5
 	DefaultSpeculativeTTL      = 2 * time.Second
-	DefaultLoadWeight          = 256
+	DefaultPrefillTokensPerSec = 10000
+	DefaultForeignRequestToks  = 1024
+	DefaultDecodeInterference  = 25 * time.Millisecond
 	DefaultKVUsageCeiling      = 0.98
+	DefaultKVFullPenalty       = 500 * time.Millisecond
+	DefaultPlacementSlack      = 0.0
 	DefaultBodyLimitBytes      = 8 << 20
 	DefaultBodyMode            = BodyModeBuffered // what envoy/envoy.yaml configures
 	DefaultMaxPromptBytes      = 1 << 20
@@ -56,7 +60,11 @@ func Default() Config {
 			SpeculativeTTL: Duration(DefaultSpeculativeTTL),
 		},
 		Routing: Routing{
-			LoadWeight:             DefaultLoadWeight,
+			PrefillTokensPerSecond: DefaultPrefillTokensPerSec,
+			ForeignRequestTokens:   DefaultForeignRequestToks,
+			DecodeInterference:     Duration(DefaultDecodeInterference),
+			KVFullPenalty:          Duration(DefaultKVFullPenalty),
+			PlacementSlack:         DefaultPlacementSlack,
 			KVUsageCeiling:         DefaultKVUsageCeiling,
 			BodyLimitBytes:         DefaultBodyLimitBytes,
 			BodyMode:               DefaultBodyMode,

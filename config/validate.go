@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -42,6 +43,21 @@ func (c *Config) Validate() error {
 	}
 	if c.Routing.LoadWeight < 0 {
 		v.fail("routing.load_weight", "%g must not be negative", c.Routing.LoadWeight)
+	}
+	if !(c.Routing.PrefillTokensPerSecond > 0) || math.IsInf(c.Routing.PrefillTokensPerSecond, 0) {
+		v.fail("routing.prefill_tokens_per_second", "%g must be positive", c.Routing.PrefillTokensPerSecond)
+	}
+	if !(c.Routing.ForeignRequestTokens >= 0) || math.IsInf(c.Routing.ForeignRequestTokens, 0) {
+		v.fail("routing.foreign_request_tokens", "%g must not be negative", c.Routing.ForeignRequestTokens)
+	}
+	if c.Routing.DecodeInterference < 0 {
+		v.fail("routing.decode_interference", "%s must not be negative", c.Routing.DecodeInterference)
+	}
+	if c.Routing.KVFullPenalty < 0 {
+		v.fail("routing.kv_full_penalty", "%s must not be negative", c.Routing.KVFullPenalty)
+	}
+	if !(c.Routing.PlacementSlack >= 0) || math.IsInf(c.Routing.PlacementSlack, 0) {
+		v.fail("routing.placement_slack", "%g must not be negative", c.Routing.PlacementSlack)
 	}
 	if c.Routing.KVUsageCeiling <= 0 || c.Routing.KVUsageCeiling > 1 {
 		v.fail("routing.kv_usage_ceiling", "%g is not within (0, 1]", c.Routing.KVUsageCeiling)

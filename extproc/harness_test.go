@@ -154,7 +154,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		}
 		pools = append(pools, lp)
 	}
-	router, err := NewRouter(h.ix, pools, RouterOptions{LoadWeight: 8, KVUsageCeiling: 0.95, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
+	router, err := NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}

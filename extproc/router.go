@@ -66,10 +66,23 @@ type Endpoint struct {
 	DPSize int
 }
 
-// RouterOptions tunes the choice; see config.Routing.
+// RouterOptions tunes the choice; see config.Routing and cost.
 type RouterOptions struct {
-	LoadWeight     float64
+	// PrefillTokensPerSecond is a replica's prefill rate until one is
+	// learned from its metrics.
+	PrefillTokensPerSecond float64
+	// ForeignRequestTokens is the uncached prompt assumed for a waiting
+	// request this router did not send, until the engine's mean is learned.
+	ForeignRequestTokens float64
+	// DecodeInterference is the seconds one decoding sequence adds to a
+	// prefill on the same replica.
+	DecodeInterference float64
+	// KVUsageCeiling: above it a replica costs KVFullPenalty more seconds.
 	KVUsageCeiling float64
+	KVFullPenalty  float64
+	// PlacementSlack bounds sticky placement of prompts nobody holds: a
+	// fraction of the request's own prefill time.
+	PlacementSlack float64
 	FailOpen       bool
 	// Limits bound one request's work; over them it routes by load.
 	Limits Limits
@@ -155,11 +168,16 @@ type Decision struct {
 	// PromptTokens and MatchedTokens describe the prefix match (debug headers).
 	PromptTokens  int
 	MatchedTokens int
-	Outcome       string
-	Reason        string
+	// Cost is the chosen endpoint's estimated seconds to first token.
+	Cost    float64
+	Outcome string
+	Reason  string
 	// Status is the HTTP status of a rejection (Outcome rejected).
 	Status int
 	Err    error
+
+	ticket        index.Ticket // the request's place in its replica's prefill queue
+	matchedBlocks int          // blocks of Keys the chosen replica held
 }
 
 // Rejection is what to answer for a decision without an endpoint: its HTTP
@@ -232,6 +250,25 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 		}
 		return r.byLoad(p, subset, reason, nil)
 	}
+	return r.decideIDs(p, ref.lora, req.CacheSalt, ids, subset)
+}
+
+// DecideIDs routes a completion whose prompt token ids are already known,
+// for model (a served model or LoRA adapter name): the path Decide takes
+// after parsing and tokenizing a body. The fleet simulator calls it to skip
+// JSON; its decisions are Decide's.
+func (r *Router) DecideIDs(model string, ids []int) Decision {
+	ref, ok := r.byModel[model]
+	if !ok {
+		return r.failOpen(nil, nil, ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(model)))
+	}
+	if len(ids) == 0 {
+		return r.byLoad(ref.pool, nil, ReasonEmptyPrompt, nil)
+	}
+	return r.decideIDs(ref.pool, ref.lora, "", ids, nil)
+}
+
+func (r *Router) decideIDs(p *pool, lora, salt string, ids []int, subset map[string]bool) Decision {
 	k, err := p.Keys.KeySet()
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err)
@@ -239,7 +276,7 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 	if k == nil {
 		return r.byLoad(p, subset, ReasonBlockSizeUnknown, nil)
 	}
-	keys, err := blockKeys(k, p.Keys.EngineKeys(), make([]index.BlockKey, 0, len(ids)/k.BlockSize), ids, blockhash.RequestKeys{LoRAName: ref.lora, CacheSalt: req.CacheSalt})
+	keys, err := blockKeys(k, p.Keys.EngineKeys(), make([]index.BlockKey, 0, len(ids)/k.BlockSize), ids, blockhash.RequestKeys{LoRAName: lora, CacheSalt: salt})
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err)
 	}
@@ -341,13 +378,15 @@ func poolName(p *pool) string {
 
 // candidate is an eligible endpoint with its live state.
 type candidate struct {
-	ep     *Endpoint
-	queued float64
-	blocks int64 // blocks its cache holds, as the index knows
+	ep    *Endpoint
+	state index.ReplicaState
+	rate  float64 // prefill tokens/s: learned, else the configured default
 }
 
-// eligible lists p's endpoints (all pools' when p is nil) that are healthy,
-// under the KV-usage ceiling and inside the subset hint.
+// eligible lists p's endpoints (all pools' when p is nil) that are healthy
+// and inside the subset hint. A full KV cache does not make a replica
+// ineligible (it only costs more, see cost): a busy engine's cache is always
+// full, and refusing traffic while engines serve is worse than queueing.
 func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate) []candidate {
 	pools := r.pools
 	if p != nil {
@@ -359,40 +398,79 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate) []ca
 			if subset != nil && !subset[ep.Address] {
 				continue
 			}
-			st, ok := r.ix.Replica(ep.Replica)
-			if !ok || !st.Healthy || (r.opts.KVUsageCeiling > 0 && st.Load.KVUsage > r.opts.KVUsageCeiling) {
+			st, ok := r.ix.ReplicaAt(ep.Replica, r.opts.PrefillTokensPerSecond)
+			if !ok || !st.Healthy {
 				continue
 			}
-			queued := st.QueuedWork()
-			if math.IsNaN(queued) || queued < 0 {
-				queued = math.Inf(1) // unreadable load sorts last, never off the list
+			rate := st.PrefillRate
+			if !(rate > 0) {
+				rate = r.opts.PrefillTokensPerSecond
 			}
-			dst = append(dst, candidate{ep: ep, queued: queued, blocks: st.Blocks})
+			dst = append(dst, candidate{ep: ep, state: st, rate: rate})
 		}
 	}
 	return dst
 }
 
-// byLoad places a request no replica has a prefix for: the eligible endpoint
-// with the least queued work; among equally loaded ones the one whose cache
-// holds the fewest blocks (so new prefixes spread over the fleet's KV
-// capacity instead of evicting each other on one engine), then at random.
-// It rejects with 503 when none is eligible. The queued work counts this
-// router's own requests since the last scrape, so a burst does not herd.
+// cost is the estimated seconds to this request's first token on c:
+//
+//	(queued prefill tokens + the request's uncached tokens) / prefill rate
+//	+ decode_interference × decoding sequences
+//	+ kv_full_penalty when KV usage is above kv_usage_ceiling
+//
+// Queued prefill is this router's own outstanding uncached tokens on c plus,
+// for the requests the engine reports that this router did not send, the
+// waiting ones × the engine's learned mean uncached prompt (prefill rate
+// default while nothing is learned). Decoding sequences are this router's in
+// flight there plus the engine's foreign running ones.
+func (r *Router) cost(c *candidate, uncached float64) float64 {
+	st := &c.state
+	fw, fr := st.Foreign()
+	mean := st.MeanPromptTokens
+	if !(mean > 0) {
+		mean = r.opts.ForeignRequestTokens
+	}
+	queued := st.PendingTokens + fw*mean
+	cost := (queued+max(uncached, 0))/c.rate + r.opts.DecodeInterference*(float64(st.InFlight)+fr)
+	if r.opts.KVUsageCeiling > 0 && st.Load.KVUsage > r.opts.KVUsageCeiling {
+		cost += r.opts.KVFullPenalty
+	}
+	if math.IsNaN(cost) {
+		return math.Inf(1)
+	}
+	return cost
+}
+
+// byLoad places a request no replica holds a prefix of by the same cost, all
+// its tokens uncached. With block keys (a prompt of at least one block) it
+// is sticky: among the replicas whose cost is within placement_slack × the
+// request's own prefill time of the cheapest, it takes the one ranking
+// highest for the first block key by rendezvous hashing, so a document
+// evicted everywhere comes back where it was rather than wherever is
+// emptiest, unless that replica is busier than the bound. Without keys it
+// takes the cheapest, ties at random. It rejects with 503 only when no
+// replica is healthy (or inside the subset hint).
 func (r *Router) byLoad(p *pool, subset map[string]bool, reason string, cause error) Decision {
+	return r.place(p, subset, reason, cause, nil, 0)
+}
+
+func (r *Router) place(p *pool, subset map[string]bool, reason string, cause error, keys []index.BlockKey, promptTokens int) Decision {
 	var buf [64]candidate
 	cands := r.eligible(p, subset, buf[:0])
-	d := Decision{Pool: poolName(p), Outcome: OutcomeLoad, Reason: reason, Err: cause}
+	d := Decision{Pool: poolName(p), Outcome: OutcomeLoad, Reason: reason, Err: cause, Keys: keys, PromptTokens: promptTokens}
 	if len(cands) == 0 {
 		return r.noEligible(d)
 	}
-	best, ties := 0, 1
-	for i := 1; i < len(cands); i++ {
-		c, b := &cands[i], &cands[best]
+	var costs [64]float64
+	cs := costs[:0]
+	best, ties := 0, 0
+	for i := range cands {
+		c := r.cost(&cands[i], float64(promptTokens))
+		cs = append(cs, c)
 		switch {
-		case c.queued < b.queued, c.queued == b.queued && c.blocks < b.blocks:
+		case i == 0 || c < cs[best]:
 			best, ties = i, 1
-		case c.queued == b.queued && c.blocks == b.blocks:
+		case c == cs[best]:
 			// Reservoir sampling keeps each tied endpoint with equal chance.
 			ties++
 			if rand.IntN(ties) == 0 {
@@ -400,8 +478,43 @@ func (r *Router) byLoad(p *pool, subset map[string]bool, reason string, cause er
 			}
 		}
 	}
-	d.Endpoint = cands[best].ep
+	if len(keys) > 0 {
+		bound := cs[best] + r.opts.PlacementSlack*float64(promptTokens)/cands[best].rate
+		top := uint64(0)
+		for i := range cands {
+			if cs[i] > bound {
+				continue
+			}
+			if s := rendezvous(keys[0], cands[i].ep); s >= top {
+				top, best = s, i
+			}
+		}
+	}
+	d.Endpoint, d.Cost = cands[best].ep, cs[best]
 	return d
+}
+
+// rendezvous is endpoint e's highest-random-weight score for key k.
+func rendezvous(k index.BlockKey, e *Endpoint) uint64 {
+	x := uint64(k) ^ e.nameHash()
+	// splitmix64's finaliser.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// nameHash is FNV-1a of the endpoint's name (stable across restarts and
+// routers, so every kvroute replica places a document alike).
+func (e *Endpoint) nameHash() uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(e.Name); i++ {
+		h ^= uint64(e.Name[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 func (r *Router) noEligible(d Decision) Decision {
@@ -409,22 +522,21 @@ func (r *Router) noEligible(d Decision) Decision {
 	if d.Reason == "" || d.Reason == ReasonHit || d.Reason == ReasonNoHit {
 		d.Reason = ReasonNoEligible
 	}
-	d.Err = errors.New("no eligible replica (all unhealthy, above the KV-usage ceiling or outside the subset hint)")
+	d.Err = errors.New("no eligible replica (all unhealthy or outside the subset hint)")
 	return d
 }
 
-// choose minimises cost = uncached prompt tokens + load_weight × queued work
-// over the eligible endpoints, ties broken at random; with no cached prefix
-// anywhere it places the request by load (byLoad).
+// choose minimises cost (estimated seconds to first token, see cost) over
+// the eligible endpoints, each with its own cached prefix, ties broken at
+// random; with no cached prefix anywhere it places the request by load,
+// sticky to the first block (place).
 func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int) Decision {
 	mp := r.matches.Get().(*[]index.Match)
 	defer r.matches.Put(mp)
 	matches := r.ix.LookupRoute(p.ID, keys, (*mp)[:0])
 	*mp = matches[:0]
 	if len(matches) == 0 {
-		d := r.byLoad(p, subset, ReasonNoHit, nil)
-		d.Keys, d.PromptTokens = keys, promptTokens
-		return d
+		return r.place(p, subset, ReasonNoHit, nil, keys, promptTokens)
 	}
 	var buf [64]candidate
 	cands := r.eligible(p, subset, buf[:0])
@@ -432,47 +544,58 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	if len(cands) == 0 {
 		return r.noEligible(d)
 	}
-	best, ties, bestMatched := math.Inf(1), 0, 0
-	for _, c := range cands {
+	var costBuf [64]float64
+	var matchBuf [64]int
+	costs, matched := costBuf[:0], matchBuf[:0]
+	best, ties := 0, 0
+	for i := range cands {
+		c := &cands[i]
 		var weighted float64
-		matched := 0
+		blocks := 0
 		for _, m := range matches {
 			if m.Replica == c.ep.Replica.ID {
-				weighted, matched = m.Weighted, m.Blocks
+				weighted, blocks = m.Weighted, m.Blocks
 				break
 			}
 		}
-		uncached := float64(promptTokens) - weighted*float64(blockSize)
-		cost := uncached + r.opts.LoadWeight*c.queued
-		if math.IsNaN(cost) {
-			cost = math.Inf(1)
-		}
+		costs = append(costs, r.cost(c, float64(promptTokens)-weighted*float64(blockSize)))
+		matched = append(matched, blocks)
 		switch {
-		case d.Endpoint == nil || cost < best:
-			best, ties, bestMatched, d.Endpoint = cost, 1, matched, c.ep
-		case cost == best:
+		case i == 0 || costs[i] < costs[best]:
+			best, ties = i, 1
+		case costs[i] == costs[best]:
 			// Reservoir sampling keeps each tied endpoint with equal chance.
 			ties++
 			if rand.IntN(ties) == 0 {
-				bestMatched, d.Endpoint = matched, c.ep
+				best = i
 			}
 		}
 	}
-	d.MatchedTokens = bestMatched * blockSize
+	bestMatched := matched[best]
+	d.Endpoint, d.Cost, d.MatchedTokens = cands[best].ep, costs[best], min(bestMatched*blockSize, promptTokens)
+	d.matchedBlocks = min(bestMatched, len(keys))
 	if bestMatched == 0 {
 		d.Outcome, d.Reason = OutcomeLoad, ReasonNoHit
 	}
 	return d
 }
 
-// Begin records the routed request on its endpoint: in-flight count and
-// speculative ownership of its blocks. End must follow when the stream ends.
+// Begin records the routed request on its endpoint: in flight, its uncached
+// prompt tokens in the replica's prefill queue, and speculative ownership of
+// its blocks. End must follow when the stream ends.
 func (r *Router) Begin(d *Decision) {
 	if d.Endpoint == nil {
 		return
 	}
-	r.ix.BeginRequest(d.Endpoint.Replica)
+	rate := r.opts.PrefillTokensPerSecond
+	if st, ok := r.ix.Replica(d.Endpoint.Replica); ok && st.PrefillRate > 0 {
+		rate = st.PrefillRate
+	}
+	d.ticket = r.ix.BeginWork(d.Endpoint.Replica, max(d.PromptTokens-d.MatchedTokens, 0), rate)
 	if len(d.Keys) > 0 {
+		// The request will hit these on its replica: keep them as fresh
+		// as the engine's LRU does.
+		r.ix.Touch(d.Endpoint.Replica, d.Keys[:d.matchedBlocks])
 		r.ix.StoreSpeculative(d.Endpoint.Replica, d.Keys)
 	}
 }
@@ -480,7 +603,7 @@ func (r *Router) Begin(d *Decision) {
 // End releases what Begin recorded.
 func (r *Router) End(d *Decision) {
 	if d.Endpoint != nil {
-		r.ix.EndRequest(d.Endpoint.Replica)
+		r.ix.EndWork(d.Endpoint.Replica, d.ticket)
 	}
 }
 

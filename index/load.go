@@ -1,17 +1,36 @@
 package index
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Load is a replica's queue and cache pressure, as its /metrics report it.
+// Load is a replica's queue and cache pressure, as its /metrics report it,
+// plus the engine's cumulative prefill counters the router learns its
+// prefill rate from (zero when the engine does not export them).
 type Load struct {
 	Running float64 // vllm:num_requests_running
 	Waiting float64 // vllm:num_requests_waiting
 	KVUsage float64 // vllm:kv_cache_usage_perc, 0..1
+
+	PromptTokens   float64 // vllm:prompt_tokens_total
+	CachedTokens   float64 // vllm:prompt_tokens_cached_total
+	PrefillSeconds float64 // vllm:request_prefill_time_seconds_sum
+	PrefillCount   float64 // vllm:request_prefill_time_seconds_count
 }
+
+// learnAlpha is the weight of a new sample in the learned prefill rate and
+// mean prompt (exponential smoothing over scrapes).
+const learnAlpha = 0.3
+
+// Bounds on a learned prefill rate, tokens per second: a sample outside is
+// an engine's bad counters, not a rate.
+const (
+	minLearnedRate = 1
+	maxLearnedRate = 1e9
+)
 
 // replicaState is everything the index knows about one replica besides blocks.
 type replicaState struct {
@@ -25,7 +44,41 @@ type replicaState struct {
 	load    Load
 	loadAt  time.Time
 	healthy bool
+	// inFlightAtLoad is inFlight when the last load was recorded: the part
+	// of the scraped queue that is this router's own.
+	inFlightAtLoad int64
+	prev           Load // counters at the previous SetLoad
+	havePrev       bool
+	rate           float64 // learned prefill tokens/s; 0 until learned
+	meanTokens     float64 // learned uncached prompt tokens per request; 0 until learned
+	work           prefillQueue
 }
+
+// prefillQueue is this router's own outstanding prefill on one replica, as a
+// fluid FIFO: tokens added by routed requests drain at the prefill rate; a
+// request whose stream ends proves every token queued up to its own done
+// (the engine admits in arrival order).
+type prefillQueue struct {
+	added   float64   // tokens ever added
+	drained float64   // tokens known or estimated done
+	at      time.Time // when drained was last advanced
+	rate    float64   // the rate of the last BeginWork, for EndWork's drain
+}
+
+// drain advances the queue to now at rate tokens/s.
+func (q *prefillQueue) drain(now time.Time, rate float64) {
+	switch {
+	case q.at.IsZero():
+		q.at = now
+	case rate > 0 && now.After(q.at):
+		q.drained = math.Min(q.added, q.drained+now.Sub(q.at).Seconds()*rate)
+		q.at = now
+	}
+}
+
+// Ticket is a routed request's place in its replica's prefill queue, given
+// by BeginWork and handed back to EndWork.
+type Ticket struct{ upTo float64 }
 
 // ReplicaState is a snapshot of one replica.
 type ReplicaState struct {
@@ -36,21 +89,43 @@ type ReplicaState struct {
 	Healthy bool
 	// InFlight counts requests routed here whose streams have not ended.
 	InFlight int64
+	// InFlightAtLoad is InFlight when Load was recorded.
+	InFlightAtLoad int64
 	// StartedSinceLoad counts requests routed here since the last SetLoad:
 	// work the engine's own figures cannot show yet.
 	StartedSinceLoad int64
 	// Blocks counts blocks held, any tier.
 	Blocks int64
+	// PrefillRate is the prefill throughput learned from the engine's
+	// counters, tokens/s; 0 until learned.
+	PrefillRate float64
+	// MeanPromptTokens is the learned mean of uncached prompt tokens per
+	// request; 0 until learned.
+	MeanPromptTokens float64
+	// PendingTokens is this router's outstanding uncached prefill on the
+	// replica at the snapshot's time, drained at the rate given to Snapshot.
+	PendingTokens float64
 }
 
-// QueuedWork is the replica's queue as the router sees it: running and waiting
+// QueuedWork is the replica's queue as a request count: running and waiting
 // from its last /metrics plus the requests routed to it since (which that
 // scrape could not include), bounded by those still in flight.
 func (s ReplicaState) QueuedWork() float64 {
 	return s.Load.Running + s.Load.Waiting + float64(min(s.InFlight, s.StartedSinceLoad))
 }
 
-// SetLoad records a replica's load as read at time at.
+// Foreign splits the scraped queue into the requests this router did not
+// route (other routers, direct clients): running and waiting minus what was
+// its own in flight when the scrape was recorded; waiting ones first.
+func (s ReplicaState) Foreign() (waiting, running float64) {
+	f := math.Max(0, s.Load.Running+s.Load.Waiting-float64(s.InFlightAtLoad))
+	waiting = math.Min(f, s.Load.Waiting)
+	return waiting, f - waiting
+}
+
+// SetLoad records a replica's load as read at time at, and learns the
+// prefill rate and mean uncached prompt from the counters' increase since the
+// previous call (a decrease is an engine restart: nothing is learned).
 func (ix *Index) SetLoad(r Replica, l Load, at time.Time) {
 	rs := ix.replicaState(r)
 	if rs == nil {
@@ -58,8 +133,50 @@ func (ix *Index) SetLoad(r Replica, l Load, at time.Time) {
 	}
 	rs.mu.Lock()
 	rs.load, rs.loadAt = l, at
+	rs.inFlightAtLoad = rs.inFlight.Load()
+	if !rs.havePrev || rs.learn(rs.prev, l) {
+		rs.prev, rs.havePrev = l, true
+	}
 	rs.mu.Unlock()
 	rs.startedSinceLoad.Store(0)
+}
+
+// minLearnRequests is the fewest prefills a learning window spans: the
+// counters move at each request's first token, so a window of one or two
+// long prompts is mostly noise.
+const minLearnRequests = 4
+
+// learn folds the counters' increase since prev into the learned rate and
+// reports whether prev is consumed (false: the window is still too short).
+func (rs *replicaState) learn(prev, cur Load) bool {
+	dPrompt := cur.PromptTokens - prev.PromptTokens
+	dCached := cur.CachedTokens - prev.CachedTokens
+	dSec := cur.PrefillSeconds - prev.PrefillSeconds
+	dCount := cur.PrefillCount - prev.PrefillCount
+	uncached := dPrompt - dCached
+	for _, v := range []float64{dPrompt, dCached, dSec, dCount, uncached} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return true // a restart or bad counters: start a new window
+		}
+	}
+	if dCount < minLearnRequests {
+		return false
+	}
+	if dSec <= 0 {
+		return true
+	}
+	if rate := uncached / dSec; rate >= minLearnedRate && rate <= maxLearnedRate {
+		rs.rate = smooth(rs.rate, rate)
+	}
+	rs.meanTokens = smooth(rs.meanTokens, uncached/dCount)
+	return true
+}
+
+func smooth(old, sample float64) float64 {
+	if old == 0 {
+		return sample
+	}
+	return old + learnAlpha*(sample-old)
 }
 
 // SetHealthy marks a replica usable or not (scrapes failing, engine gone).
@@ -73,30 +190,62 @@ func (ix *Index) SetHealthy(r Replica, healthy bool) {
 	rs.mu.Unlock()
 }
 
-// BeginRequest counts a request the router sent to r.
-func (ix *Index) BeginRequest(r Replica) {
-	if rs := ix.replicaState(r); rs != nil {
-		rs.inFlight.Add(1)
-		rs.startedSinceLoad.Add(1)
-	}
-}
+// BeginRequest counts a request the router sent to r (no prefill work).
+func (ix *Index) BeginRequest(r Replica) { ix.BeginWork(r, 0, 0) }
 
 // EndRequest counts the end of a request begun with BeginRequest.
-func (ix *Index) EndRequest(r Replica) {
-	if rs := ix.replicaState(r); rs != nil {
-		if rs.inFlight.Add(-1) < 0 {
-			rs.inFlight.Store(0)
-		}
+func (ix *Index) EndRequest(r Replica) { ix.EndWork(r, Ticket{}) }
+
+// BeginWork counts a request the router sent to r with tokens uncached
+// prompt tokens to prefill; the replica's own queue drains at rate tokens/s
+// (the router's current estimate) until then. EndWork must follow.
+func (ix *Index) BeginWork(r Replica, tokens int, rate float64) Ticket {
+	rs := ix.replicaState(r)
+	if rs == nil {
+		return Ticket{}
 	}
+	rs.inFlight.Add(1)
+	rs.startedSinceLoad.Add(1)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.work.drain(ix.now(), rate)
+	rs.work.rate = rate
+	rs.work.added += float64(max(tokens, 0))
+	return Ticket{upTo: rs.work.added}
 }
 
-// Replica returns a snapshot of one replica.
+// EndWork records the end of a request begun with BeginWork: its stream
+// ended, so its prefill (and all queued before it) is done.
+func (ix *Index) EndWork(r Replica, t Ticket) {
+	rs := ix.replicaState(r)
+	if rs == nil {
+		return
+	}
+	if rs.inFlight.Add(-1) < 0 {
+		rs.inFlight.Store(0)
+	}
+	rs.mu.Lock()
+	rs.work.drain(ix.now(), rs.work.rate)
+	rs.work.drained = math.Min(rs.work.added, math.Max(rs.work.drained, t.upTo))
+	if rs.inFlight.Load() == 0 {
+		rs.work.drained = rs.work.added
+	}
+	rs.mu.Unlock()
+}
+
+// Replica returns a snapshot of one replica; PendingTokens is drained to now
+// at the replica's learned rate, or at defaultRate while none is learned.
 func (ix *Index) Replica(r Replica) (ReplicaState, bool) {
+	return ix.ReplicaAt(r, 0)
+}
+
+// ReplicaAt is Replica with the drain rate to use until one is learned.
+func (ix *Index) ReplicaAt(r Replica, defaultRate float64) (ReplicaState, bool) {
 	rs := ix.replicaState(r)
 	if rs == nil {
 		return ReplicaState{}, false
 	}
-	return rs.snapshot(r), true
+	return rs.snapshot(r, ix.now(), defaultRate), true
 }
 
 // Replicas returns snapshots of a pool's replicas, by id.
@@ -106,9 +255,10 @@ func (ix *Index) Replicas(pool PoolID) []ReplicaState {
 		return nil
 	}
 	var out []ReplicaState
+	now := ix.now()
 	for i := range p.replicas {
 		if rs := p.replicas[i].Load(); rs != nil {
-			out = append(out, rs.snapshot(Replica{pool, ReplicaID(i)}))
+			out = append(out, rs.snapshot(Replica{pool, ReplicaID(i)}, now, 0))
 		}
 	}
 	return out
@@ -122,9 +272,15 @@ func (ix *Index) replicaState(r Replica) *replicaState {
 	return p.replica(r.ID)
 }
 
-func (rs *replicaState) snapshot(r Replica) ReplicaState {
+func (rs *replicaState) snapshot(r Replica, now time.Time, defaultRate float64) ReplicaState {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	rate := rs.rate
+	if rate == 0 {
+		rate = defaultRate
+	}
+	q := rs.work
+	q.drain(now, rate)
 	return ReplicaState{
 		Replica:          r,
 		Name:             rs.name,
@@ -132,7 +288,11 @@ func (rs *replicaState) snapshot(r Replica) ReplicaState {
 		LoadAt:           rs.loadAt,
 		Healthy:          rs.healthy,
 		InFlight:         rs.inFlight.Load(),
+		InFlightAtLoad:   rs.inFlightAtLoad,
 		StartedSinceLoad: rs.startedSinceLoad.Load(),
 		Blocks:           rs.blocks.Load(),
+		PrefillRate:      rs.rate,
+		MeanPromptTokens: rs.meanTokens,
+		PendingTokens:    q.added - q.drained,
 	}
 }

@@ -169,10 +169,20 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	}
 	rs := p.replica(r.ID)
 	bit := uint64(1) << r.ID
-	var dropped, lostBlocks int64
+	var dropped, specDropped, lostBlocks int64
 	for _, k := range keys {
 		s := p.shardOf(k)
 		s.mu.Lock()
+		if se, ok := s.spec[k]; ok && se.held&bit != 0 && tier == TierGPU {
+			// The engine evicted what the router expected it to keep: the
+			// speculation is over for this block.
+			if se.held &^= bit; se.held == 0 {
+				delete(s.spec, k)
+				specDropped++
+			} else {
+				s.spec[k] = se
+			}
+		}
 		e, ok := s.m[k]
 		if !ok || e.held&bit == 0 {
 			s.mu.Unlock()
@@ -213,7 +223,8 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 		rs.blocks.Add(-lostBlocks)
 	}
 	p.entries.Add(-dropped)
-	ix.entries.Add(-dropped)
+	p.specs.Add(-specDropped)
+	ix.entries.Add(-dropped - specDropped)
 	p.m.removes.Add(float64(len(keys)))
 }
 
@@ -356,5 +367,29 @@ func (s *shard) shrinkLocked() {
 			m[k] = se
 		}
 		s.spec, s.specPeak = m, len(m)
+	}
+}
+
+// Touch refreshes the freshness of the keys r already holds, as a cache hit
+// refreshes them in the engine's LRU: vLLM sends no event when a request
+// reuses cached blocks, so without it a block every request hits would
+// expire after Options.TTL while the engine keeps it hottest. The router
+// touches the blocks a routed request matched on its replica. Keys r does
+// not hold are left alone.
+func (ix *Index) Touch(r Replica, keys []BlockKey) {
+	p := ix.pool(r.Pool)
+	if p == nil || int(r.ID) >= MaxReplicas {
+		return
+	}
+	bit := uint64(1) << r.ID
+	now := ix.nowTick()
+	for _, k := range keys {
+		s := p.shardOf(k)
+		s.mu.Lock()
+		if e, ok := s.m[k]; ok && e.held&bit != 0 && now-e.tick() <= ix.ttlTicks {
+			e.seen = now | e.seen&cpuFlag
+			s.m[k] = e
+		}
+		s.mu.Unlock()
 	}
 }

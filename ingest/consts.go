@@ -58,6 +58,9 @@ const (
 	vllmHitsOld        = "vllm:gpu_prefix_cache_hits"
 	vllmCacheConfig    = "vllm:cache_config_info"
 	processStartTime   = "process_start_time_seconds" // prometheus_client's process collector
+	vllmPromptTokens   = "vllm:prompt_tokens"
+	vllmPromptCached   = "vllm:prompt_tokens_cached"
+	vllmPrefillTime    = "vllm:request_prefill_time_seconds"
 	labelModelName     = "model_name"
 	labelEngine        = "engine"
 	labelBlockSize     = "block_size"

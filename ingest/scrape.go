@@ -186,6 +186,13 @@ func (sc *scraper) load(fams map[string]*dto.MetricFamily, rank int) (index.Load
 		}
 		*f.dst = v
 	}
+	// Counters the router learns each engine's prefill rate from: optional
+	// (older vLLM lacks some); a NaN, reset or absurd delta teaches the
+	// router nothing (index.Load), so they do not make the reading invalid.
+	l.PromptTokens = sc.value(fams, rank, vllmPromptTokens+"_total", vllmPromptTokens)
+	l.CachedTokens = sc.value(fams, rank, vllmPromptCached+"_total", vllmPromptCached)
+	l.PrefillSeconds = sc.histSum(fams, rank, vllmPrefillTime)
+	l.PrefillCount = sc.histCount(fams, rank, vllmPrefillTime)
 	return l, nil
 }
 
@@ -257,6 +264,22 @@ func (sc *scraper) sample(f *dto.MetricFamily, rank int) *dto.Metric {
 		}
 	}
 	return fallback
+}
+
+// histSum and histCount read a histogram's _sum and _count for the rank; 0
+// when absent.
+func (sc *scraper) histSum(fams map[string]*dto.MetricFamily, rank int, name string) float64 {
+	if m := sc.sample(fams[name], rank); m != nil && m.Histogram != nil {
+		return m.GetHistogram().GetSampleSum()
+	}
+	return 0
+}
+
+func (sc *scraper) histCount(fams map[string]*dto.MetricFamily, rank int, name string) float64 {
+	if m := sc.sample(fams[name], rank); m != nil && m.Histogram != nil {
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return 0
 }
 
 func label(m *dto.Metric, name string) (string, bool) {

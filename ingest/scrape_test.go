@@ -104,6 +104,53 @@ func TestScraperReadsLoadPerEngineAndHitRate(t *testing.T) {
 	}
 }
 
+// prefillPage is a vLLM /metrics page with the prefill counters the router
+// learns its prefill rate from (one engine, no DP label).
+func prefillPage(prompt, hits, prefillSum float64, prefillCount int) string {
+	return fmt.Sprintf(`# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m-p"} 2
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{model_name="m-p"} %g
+# TYPE vllm:prompt_tokens_cached_total counter
+vllm:prompt_tokens_cached_total{model_name="m-p"} %g
+# TYPE vllm:request_prefill_time_seconds histogram
+vllm:request_prefill_time_seconds_bucket{le="1.0",model_name="m-p"} %d
+vllm:request_prefill_time_seconds_bucket{le="+Inf",model_name="m-p"} %d
+vllm:request_prefill_time_seconds_sum{model_name="m-p"} %g
+vllm:request_prefill_time_seconds_count{model_name="m-p"} %d
+`, prompt, hits, prefillCount, prefillCount, prefillSum, prefillCount)
+}
+
+func TestScraperLearnsThePrefillRate(t *testing.T) {
+	var body atomic.Value
+	body.Store(prefillPage(1000, 200, 0.5, 2))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, body.Load().(string))
+	}))
+	defer srv.Close()
+	pool := poolConfig("p", keysEngine, replicaSpec{name: "s", metrics: srv.URL + "/metrics"})
+	m, ix, _ := newScrapeManager(t, pool)
+	sc := m.scrapers()[0]
+	sc.scrape(context.Background())
+	st, _ := ix.Replica(sc.ranks[0].r)
+	if st.Load.PromptTokens != 1000 || st.Load.CachedTokens != 200 || st.Load.PrefillSeconds != 0.5 || st.Load.PrefillCount != 2 || st.Load.Waiting != 2 {
+		t.Fatalf("load %+v", st.Load)
+	}
+	// Fewer than minLearnRequests requests since: nothing learned yet.
+	body.Store(prefillPage(2000, 200, 0.6, 3))
+	sc.scrape(context.Background())
+	if st, _ := ix.Replica(sc.ranks[0].r); st.PrefillRate != 0 {
+		t.Fatalf("learned %g tokens/s from one request", st.PrefillRate)
+	}
+	// +9,000 prompt tokens, 1,000 cached, in 4 requests over 2 s of prefill: 4,000 tokens/s.
+	body.Store(prefillPage(10000, 1200, 2.5, 6))
+	sc.scrape(context.Background())
+	st, _ = ix.Replica(sc.ranks[0].r)
+	if st.PrefillRate != 4000 || st.MeanPromptTokens != 2000 {
+		t.Fatalf("learned %g tokens/s and %g tokens per request, want 4000 and 2000", st.PrefillRate, st.MeanPromptTokens)
+	}
+}
+
 func TestScraperLearnsBlockSizeFallsBackToOldNamesAndMarksUnhealthy(t *testing.T) {
 	var page atomic.Value
 	page.Store(oldVLLMMetrics + "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"32\"} 1\n")

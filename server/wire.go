@@ -37,17 +37,26 @@ func buildRouter(cfg *config.Config, ix *index.Index, lay layout, parts map[stri
 		}
 		pools = append(pools, pc)
 	}
-	return extproc.NewRouter(ix, pools, extproc.RouterOptions{
-		LoadWeight:     cfg.Routing.LoadWeight,
-		KVUsageCeiling: cfg.Routing.KVUsageCeiling,
-		FailOpen:       cfg.Routing.FailOpenEnabled(),
+	return extproc.NewRouter(ix, pools, RouterOptions(cfg.Routing))
+}
+
+// RouterOptions maps the routing config onto the router's cost model.
+func RouterOptions(r config.Routing) extproc.RouterOptions {
+	return extproc.RouterOptions{
+		PrefillTokensPerSecond: r.PrefillTokensPerSecond,
+		ForeignRequestTokens:   r.ForeignRequestTokens,
+		DecodeInterference:     r.DecodeInterference.Std().Seconds(),
+		KVUsageCeiling:         r.KVUsageCeiling,
+		KVFullPenalty:          r.KVFullPenalty.Std().Seconds(),
+		PlacementSlack:         r.PlacementSlack,
+		FailOpen:               r.FailOpenEnabled(),
 		Limits: extproc.Limits{
-			MaxPromptBytes:  cfg.Routing.MaxPromptBytes,
-			MaxPromptTokens: cfg.Routing.MaxPromptTokens,
-			MaxMessages:     cfg.Routing.MaxMessages,
+			MaxPromptBytes:  r.MaxPromptBytes,
+			MaxPromptTokens: r.MaxPromptTokens,
+			MaxMessages:     r.MaxMessages,
 		},
-		MaxBytesInFlight: int64(cfg.Routing.MaxDecideBytesInFlight),
-	})
+		MaxBytesInFlight: int64(r.MaxDecideBytesInFlight),
+	}
 }
 
 // serverTLS builds the ext_proc listener's TLS config (nil: plaintext); a

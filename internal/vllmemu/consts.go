@@ -48,6 +48,8 @@ const (
 	metricSuccess        = "vllm:request_success_total"
 	metricTTFT           = "vllm:time_to_first_token_seconds"
 	metricE2E            = "vllm:e2e_request_latency_seconds"
+	metricPrefillTime    = "vllm:request_prefill_time_seconds"
+	metricQueueTime      = "vllm:request_queue_time_seconds"
 	metricCacheConfig    = "vllm:cache_config_info"
 	labelModelName       = "model_name"
 	labelEngine          = "engine"
@@ -58,6 +60,11 @@ const (
 // ttftBuckets are vLLM's histogram buckets for time to first token.
 var ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
 	1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+
+// requestTimeBuckets are vLLM's buckets for the per-phase request times
+// (queue, prefill, decode, inference).
+var requestTimeBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+	50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 
 // e2eBuckets are vLLM's buckets for request latency.
 var e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,

@@ -100,6 +100,15 @@ type Stats struct {
 	Steps              int64
 	EventBatches       int64 // batches handed to the publisher
 	EventDrops         int64 // batches dropped because the publish queue was full
+	// PrefillSeconds and PrefillCount are vllm:request_prefill_time_seconds'
+	// sum and count.
+	PrefillSeconds float64
+	PrefillCount   int64
+	// PrefilledPromptTokens and PrefilledCachedTokens are
+	// vllm:prompt_tokens_total and vllm:prompt_tokens_cached_total: the
+	// prompts (and their cache hits) of requests past their first token.
+	PrefilledPromptTokens int64
+	PrefilledCachedTokens int64
 }
 
 // ErrReset is returned by ResetPrefixCache while blocks are in use.
@@ -140,6 +149,12 @@ func New(opts Options) (*Engine, error) {
 	if opts.Tokenizer == nil {
 		return nil, errors.New("vllmemu: Options.Tokenizer is required")
 	}
+	return build(opts)
+}
+
+// build is New without the tokenizer requirement (a Virtual engine
+// takes token ids and generates token 0).
+func build(opts Options) (*Engine, error) {
 	if opts.Model == "" {
 		return nil, errors.New("vllmemu: Options.Model is required")
 	}
@@ -221,6 +236,9 @@ var fillerWords = []string{" The", " quick", " brown", " fox", " jumps", " over"
 
 func makeFiller(t *tokenize.Tokenizer) []fillerToken {
 	var out []fillerToken
+	if t == nil {
+		return []fillerToken{{0, " "}}
+	}
 	for _, w := range fillerWords {
 		for i, id := range t.Encode(w, false) {
 			text := ""

@@ -15,6 +15,7 @@ type metrics struct {
 	promptTokens, genTokens   prometheus.Counter
 	preemptions, success      prometheus.Counter
 	ttft, e2e                 prometheus.Observer
+	prefill, queue            prometheus.Observer
 	e                         *Engine
 }
 
@@ -50,6 +51,11 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 		preemptions:  counter(metricPreemptions, "Cumulative number of preemption from the engine."),
 		ttft:         hist(metricTTFT, "Histogram of time to first token in seconds.", ttftBuckets),
 		e2e:          hist(metricE2E, "Histogram of e2e request latency in seconds.", e2eBuckets),
+		// Prefill: first scheduled to first token, the latency model's
+		// prefill steps (with any decode sharing them); routers learn the
+		// prefill rate from it and vllm:prompt_tokens_total.
+		prefill: hist(metricPrefillTime, "Histogram of time spent in PREFILL phase for request.", requestTimeBuckets),
+		queue:   hist(metricQueueTime, "Histogram of time spent in WAITING phase for request.", requestTimeBuckets),
 	}
 	success := prometheus.NewCounter(prometheus.CounterOpts{Name: metricSuccess, Help: "Count of successfully processed requests.",
 		ConstLabels: prometheus.Labels{labelModelName: e.opts.Model, labelEngine: labels[labelEngine], labelFinishedReason: finishedReasonLength}})
@@ -74,8 +80,16 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 func (m *metrics) admitted(promptTokens, hitTokens int) {
 	m.queries.Add(float64(promptTokens))
 	m.hits.Add(float64(hitTokens))
-	m.cached.Add(float64(hitTokens))
+}
+
+// prefilled records a request's prompt when its first token is out, as
+// vLLM's IterationStats counts prompt tokens (and their cached part) with
+// the prefill that produced them — the same instant its prefill time is
+// observed, which is what lets a router divide one by the other.
+func (m *metrics) prefilled(promptTokens, hitTokens int, seconds float64) {
 	m.promptTokens.Add(float64(promptTokens))
+	m.cached.Add(float64(hitTokens))
+	m.prefill.Observe(seconds)
 }
 
 func (m *metrics) finished(e2eSeconds float64) {

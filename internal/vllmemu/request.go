@@ -26,9 +26,11 @@ type request struct {
 	admitted    bool
 	outputs     int
 	arrival     time.Time
+	scheduled   time.Time // first admission (vLLM's scheduled_ts)
 	firstToken  time.Time
 
-	out     chan output // buffered for every output, so sends never block
+	out     chan output     // buffered for every output, so sends never block; nil in a Virtual engine
+	virt    *VirtualRequest // the Virtual engine's handle, nil otherwise
 	aborted atomic.Bool
 }
 

@@ -117,7 +117,8 @@ func (e *Engine) schedule() []scheduled {
 		e.waiting = e.waiting[1:]
 		e.running = append(e.running, r)
 		if !r.admitted {
-			r.admitted, r.hitTokens = true, hitTokens
+			r.admitted, r.hitTokens, r.scheduled = true, hitTokens, e.opts.Now()
+			e.met.queue.Observe(r.scheduled.Sub(r.arrival).Seconds())
 			e.stats.Requests++
 			e.stats.PromptTokens += int64(r.promptLen)
 			e.stats.CachedPromptTokens += int64(hitTokens)
@@ -226,12 +227,19 @@ func (e *Engine) finishStep(plan []scheduled) {
 		if r.outputs == 1 {
 			r.firstToken = now
 			e.met.ttft.Observe(now.Sub(r.arrival).Seconds())
+			e.met.prefilled(r.promptLen, r.hitTokens, now.Sub(r.scheduled).Seconds())
+			e.stats.PrefillSeconds += now.Sub(r.scheduled).Seconds()
+			e.stats.PrefillCount++
+			e.stats.PrefilledPromptTokens += int64(r.promptLen)
+			e.stats.PrefilledCachedTokens += int64(r.hitTokens)
 		}
 		if err := r.hashNewBlocks(e.hasher); err != nil {
 			e.log.Error("vllm-emu: hashing generated tokens", "err", err)
 		}
 		done := r.outputs >= r.maxTokens || len(r.tokens) >= e.opts.MaxModelLen
-		r.out <- output{text: ft.text, cachedTokens: r.hitTokens, done: done}
+		if r.out != nil { // nil for a Virtual engine's requests
+			r.out <- output{text: ft.text, cachedTokens: r.hitTokens, done: done}
+		}
 		if done {
 			e.running = slices.DeleteFunc(e.running, func(x *request) bool { return x == r })
 			e.freeRequest(r)

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/fleetsim"
+)
+
+// runSim is `kvroute-bench sim`: replay a Mooncake-format trace on a
+// simulated fleet in virtual time (internal/fleetsim).
+func runSim(ctx context.Context, args []string, io stdio) error {
+	o := fleetsim.DefaultOptions()
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(io.err)
+	trace := fs.String("trace", "", "Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids of 512-token blocks); required")
+	out := fs.String("out", "sim-results", "directory for results.json, results.md and results.svg")
+	policies := fs.String("policies", strings.Join(fleetsim.AllPolicies, ","), "policies to compare, comma-separated")
+	limit := fs.Int("requests", 0, "replay only the first N requests (0 = all)")
+	speedup := fs.Float64("speedup", 1, "divide the trace's arrival times by this (2 = twice the request rate)")
+	fs.IntVar(&o.Engines, "engines", o.Engines, "simulated vLLM engines")
+	fs.IntVar(&o.KVBlocks, "kv-blocks", o.KVBlocks, "KV-cache blocks per engine (the default makes the trace's working set exceed the fleet)")
+	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block (engines and kvroute)")
+	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "running sequences per engine")
+	fs.IntVar(&o.MaxNumBatchedTokens, "max-num-batched-tokens", o.MaxNumBatchedTokens, "token budget of one engine step (chunked prefill)")
+	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "context length (capped at one engine's KV); longer requests count as errors")
+	fs.DurationVar(&o.Prefill, "prefill-per-token", o.Prefill, "simulated step time per uncached prompt token")
+	fs.DurationVar(&o.Decode, "decode-per-token", o.Decode, "simulated time of a decode step")
+	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", o.ScrapeInterval, "how often kvroute reads the engines' load")
+	fs.DurationVar(&o.IndexTTL, "index-ttl", 0, "kvroute's index.ttl (0: its default)")
+	fs.StringVar(&o.RoutingYAML, "routing", "", `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}"`)
+	quiet := fs.Bool("quiet", false, "no progress lines")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 || *trace == "" || o.Engines < 1 || o.Engines > 64 {
+		fmt.Fprintln(io.err, "kvroute-bench sim: --trace FILE is required; --engines within 1..64")
+		fs.Usage()
+		return errUsage
+	}
+	recs, err := fleetsim.ReadTrace(*trace)
+	if err != nil {
+		return err
+	}
+	if *limit > 0 && *limit < len(recs) {
+		recs = recs[:*limit]
+	}
+	if !*quiet {
+		o.Progress = io.err
+	}
+	src := &fleetsim.TraceSource{Records: recs, Speedup: *speedup}
+	start := time.Now()
+	var rep *fleetsim.Report
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		rep, err = fleetsim.RunAll(src, splitList(*policies), o)
+		done <- err
+	}()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+	}
+	header := fmt.Sprintf("Fleet simulation: %d requests, %d engines × %d blocks × %d tokens\n\n"+
+		"`kvroute-bench sim %s` (wall %s)\n\n",
+		len(recs), o.Engines, o.KVBlocks, o.BlockSize, strings.Join(args, " "), time.Since(start).Round(time.Second))
+	if err := rep.Write(*out, header); err != nil {
+		return err
+	}
+	rep.WriteMarkdown(io.out)
+	fmt.Fprintf(io.out, "\nwrote %s/results.json, results.md, results.svg\n", *out)
+	return nil
+}

@@ -1,0 +1,179 @@
+package extproc
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/index"
+)
+
+var costOpts = RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1000, DecodeInterference: 0.002,
+	KVUsageCeiling: 0.9, KVFullPenalty: 0.5, PlacementSlack: 0.5}
+
+func TestCostIsSecondsToFirstToken(t *testing.T) {
+	r := &Router{opts: costOpts}
+	cases := []struct {
+		name     string
+		st       index.ReplicaState
+		rate     float64
+		uncached float64
+		want     float64
+	}{
+		{"idle, own prefill only", index.ReplicaState{}, 10000, 5000, 0.5},
+		{"learned rate doubles speed", index.ReplicaState{}, 20000, 5000, 0.25},
+		{"own queued prefill ahead", index.ReplicaState{PendingTokens: 10000}, 10000, 5000, 1.5},
+		{"own in flight decoding", index.ReplicaState{InFlight: 4}, 10000, 0, 0.008},
+		{"foreign waiting at the configured size", index.ReplicaState{Load: index.Load{Waiting: 3}}, 10000, 0, 0.3},
+		{"foreign waiting at the learned mean", index.ReplicaState{Load: index.Load{Waiting: 3}, MeanPromptTokens: 2000}, 10000, 0, 0.6},
+		{"scraped queue that is our own is not counted twice",
+			index.ReplicaState{Load: index.Load{Running: 2, Waiting: 1}, InFlight: 3, InFlightAtLoad: 3}, 10000, 0, 0.006},
+		{"foreign running decode", index.ReplicaState{Load: index.Load{Running: 5}}, 10000, 0, 0.010},
+		{"full KV costs a penalty", index.ReplicaState{Load: index.Load{KVUsage: 0.95}}, 10000, 1000, 0.6},
+		{"KV at the ceiling costs nothing", index.ReplicaState{Load: index.Load{KVUsage: 0.9}}, 10000, 1000, 0.1},
+		{"negative uncached is none", index.ReplicaState{}, 10000, -50, 0},
+		{"NaN load never wins", index.ReplicaState{Load: index.Load{Waiting: math.NaN()}}, 10000, 0, math.Inf(1)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := r.cost(&candidate{state: c.st, rate: c.rate}, c.uncached)
+			if math.Abs(got-c.want) > 1e-9 && !(math.IsInf(c.want, 1) && math.IsInf(got, 1)) {
+				t.Fatalf("cost = %g s, want %g s", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCachedDocumentOutweighsAShortQueue is hypothesis (a) of issue 14 in
+// numbers: a holder with a few queued requests still wins a long document,
+// because the prefill it saves is worth more seconds than the queue costs;
+// a holder with a long prefill queue does not.
+func TestCachedDocumentOutweighsAShortQueue(t *testing.T) {
+	r := &Router{opts: costOpts}
+	const prompt = 4000 // tokens; 0.4 s of prefill at 10k tokens/s
+	holder := &candidate{state: index.ReplicaState{InFlight: 4, PendingTokens: 500}, rate: 10000}
+	idle := &candidate{state: index.ReplicaState{}, rate: 10000}
+	if h, i := r.cost(holder, 100), r.cost(idle, prompt); h >= i {
+		t.Fatalf("holder %g s >= idle %g s: the load term outweighs a cached document", h, i)
+	}
+	busy := &candidate{state: index.ReplicaState{PendingTokens: 20000}, rate: 10000}
+	if b, i := r.cost(busy, 100), r.cost(idle, prompt); b <= i {
+		t.Fatalf("holder with 2 s of queued prefill %g s <= idle %g s", b, i)
+	}
+}
+
+// TestLoadedHolderIsAvoidedOverGRPC: the holder of a prompt's prefix has a
+// long queue of this router's own routed prefill (no scrape involved); the
+// request goes elsewhere over a real ext_proc stream. Once those requests'
+// streams end, the holder wins again.
+func TestLoadedHolderIsAvoidedOverGRPC(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	keys := h.keysOf(sharedPrefix, blockhash.RequestKeys{})
+	h.ix.Store(h.eps[0].Replica, keys, index.TierGPU)
+	if res := h.do(modes[0].cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] != h.eps[0].Address {
+		t.Fatalf("idle holder not chosen: %s", res.Headers[HeaderDestination])
+	}
+	var tickets []index.Ticket
+	for i := 0; i < 5; i++ { // 5 × 10,000 uncached tokens: 5 s at 10k tokens/s
+		tickets = append(tickets, h.ix.BeginWork(h.eps[0].Replica, 10000, 10000))
+	}
+	for _, mode := range modes {
+		if res := h.do(mode.cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] == h.eps[0].Address {
+			t.Fatalf("%s: routed to the holder with 5 s of prefill queued", mode.name)
+		}
+	}
+	// Half of it drains with time at the default rate; still avoided.
+	h.advance(2 * time.Second)
+	if res := h.do(modes[0].cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] == h.eps[0].Address {
+		t.Fatal("routed to the holder with 3 s of prefill left")
+	}
+	// The last routed request's stream ended: all queued before it is done
+	// (the pending prefill is 0 from here on); then the others end too.
+	h.ix.EndWork(h.eps[0].Replica, tickets[len(tickets)-1])
+	if st, _ := h.ix.Replica(h.eps[0].Replica); st.PendingTokens != 0 {
+		t.Fatalf("pending prefill %g tokens after the last routed request ended", st.PendingTokens)
+	}
+	for _, tk := range tickets[:len(tickets)-1] {
+		h.ix.EndWork(h.eps[0].Replica, tk)
+	}
+	h.ix.Clear(h.eps[1].Replica) // the detours' speculative entries
+	h.ix.Clear(h.eps[2].Replica)
+	if res := h.do(modes[0].cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] != h.eps[0].Address {
+		t.Fatalf("holder not chosen once its queue ended: %s", res.Headers[HeaderDestination])
+	}
+}
+
+// TestFullCacheIsNotIneligible: every replica at 100 % KV usage still
+// serves (issue 14: no request rejected while an engine is up).
+func TestFullCacheIsNotIneligible(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	for _, ep := range h.eps {
+		h.ix.SetLoad(ep.Replica, index.Load{KVUsage: 1, Running: 8, Waiting: 4}, h.clock())
+	}
+	for i := 0; i < 5; i++ {
+		res := h.do(modes[0].cfg, completion(fmt.Sprintf("%s %d", sharedPrefix, i)))
+		if res.Status != 0 || res.Headers[HeaderDestination] == "" {
+			t.Fatalf("request %d with every KV cache full: status %d, destination %q", i, res.Status, res.Headers[HeaderDestination])
+		}
+	}
+	if n := h.decisions(OutcomeRejected, ReasonNoEligible); n != 0 {
+		t.Fatalf("%g requests rejected with full caches", n)
+	}
+}
+
+// TestPlacementIsStickyWithinTheLoadBound: a prompt nobody holds goes to its
+// rendezvous replica while that one is within placement_slack of the
+// cheapest, and to the cheapest once it is not.
+func TestPlacementIsStickyWithinTheLoadBound(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	doc := "an evicted document " + strings.Repeat(sharedPrefix+" ", 4)
+	first := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]
+	var home Endpoint
+	for _, ep := range h.eps {
+		if ep.Address == first {
+			home = ep
+		}
+	}
+	h.ix.Clear(home.Replica) // forget the speculative entries: evicted everywhere
+	// A little own queue (well within half the prompt's prefill time): stays.
+	tk := h.ix.BeginWork(home.Replica, 2, 10000)
+	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got != first {
+		t.Fatalf("re-placed on %s, want its rendezvous home %s", got, first)
+	}
+	h.ix.EndWork(home.Replica, tk)
+	h.ix.Clear(home.Replica)
+	// Far beyond the bound: the cheapest wins.
+	h.ix.BeginWork(home.Replica, 100000, 10000)
+	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got == first {
+		t.Fatal("placed on its rendezvous home with 10 s of queued prefill")
+	}
+}
+
+// TestDecideIDsIsDecide: the fleet simulator's entry point takes the same
+// path as a parsed /v1/completions body of token ids.
+func TestDecideIDsIsDecide(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	ids := wordTokenizer{}.Encode(sharedPrefix, true)
+	h.ix.Store(h.eps[2].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
+	var body strings.Builder
+	body.WriteString(`{"model":"qwen3","prompt":[`)
+	for i, id := range ids {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprint(&body, id)
+	}
+	body.WriteString(`]}`)
+	a := h.server.router.Decide("/v1/completions", []byte(body.String()), nil)
+	b := h.server.router.DecideIDs("qwen3", ids)
+	if a.Endpoint == nil || b.Endpoint == nil || a.Endpoint.Address != h.eps[2].Address || b.Endpoint.Address != a.Endpoint.Address ||
+		a.MatchedTokens != b.MatchedTokens || a.Outcome != b.Outcome || len(a.Keys) != len(b.Keys) {
+		t.Fatalf("Decide %+v\nDecideIDs %+v", a, b)
+	}
+	if d := h.server.router.DecideIDs("nope", ids); d.Outcome != OutcomeRejected || d.Status != 404 {
+		t.Fatalf("unknown model: %+v", d)
+	}
+}

@@ -1,0 +1,106 @@
+package index
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestPrefillQueueDrainsAndEnds(t *testing.T) {
+	f := newFixture(t, 1, Options{})
+	a := f.r[0]
+	t1 := f.ix.BeginWork(a, 3000, 1000)
+	t2 := f.ix.BeginWork(a, 2000, 1000)
+	pending := func(rate float64) float64 {
+		st, _ := f.ix.ReplicaAt(a, rate)
+		return st.PendingTokens
+	}
+	if p := pending(1000); p != 5000 {
+		t.Fatalf("pending %g, want 5000", p)
+	}
+	f.clock.Advance(2 * time.Second)
+	if p := pending(1000); p != 3000 {
+		t.Fatalf("after 2 s at 1000 tokens/s pending %g, want 3000", p)
+	}
+	// The first request's stream ended early (the engine was faster): its
+	// own 3000 are done, the second's 2000 remain.
+	f.ix.EndWork(a, t1)
+	if p := pending(1000); p != 2000 {
+		t.Fatalf("after the first request ended pending %g, want 2000", p)
+	}
+	f.clock.Advance(time.Hour)
+	if p := pending(1000); p != 0 {
+		t.Fatalf("an hour later pending %g, want 0 (never negative)", p)
+	}
+	f.ix.EndWork(a, t2)
+	if st, _ := f.ix.Replica(a); st.InFlight != 0 || st.PendingTokens != 0 {
+		t.Fatalf("after both ended: %+v", st)
+	}
+}
+
+func TestSetLoadLearnsPrefillRateAndForeignQueue(t *testing.T) {
+	f := newFixture(t, 1, Options{})
+	a := f.r[0]
+	at := f.clock.Now()
+	f.ix.BeginWork(a, 100, 1000)
+	f.ix.SetLoad(a, Load{Running: 2, Waiting: 3, PromptTokens: 1000, CachedTokens: 0, PrefillSeconds: 1, PrefillCount: 1}, at)
+	st, _ := f.ix.Replica(a)
+	if st.PrefillRate != 0 {
+		t.Fatalf("rate learned from one scrape: %g", st.PrefillRate)
+	}
+	// 5 of the engine's requests are its own 1 in flight + 4 foreign: 3 waiting, 1 running.
+	if w, r := st.Foreign(); w != 3 || r != 1 {
+		t.Fatalf("foreign waiting %g running %g, want 3 and 1", w, r)
+	}
+	// +12,000 prompt tokens, 2,000 of them cached, over 2 s of prefill in 4 requests.
+	f.ix.SetLoad(a, Load{PromptTokens: 13000, CachedTokens: 2000, PrefillSeconds: 3, PrefillCount: 5}, at)
+	st, _ = f.ix.Replica(a)
+	if st.PrefillRate != 5000 || st.MeanPromptTokens != 2500 {
+		t.Fatalf("learned rate %g tokens/s, mean %g tokens; want 5000 and 2500", st.PrefillRate, st.MeanPromptTokens)
+	}
+	// Hostile or reset counters teach nothing.
+	for _, l := range []Load{
+		{PromptTokens: 0, PrefillSeconds: 0, PrefillCount: 0},                         // reset
+		{PromptTokens: math.NaN(), PrefillSeconds: 10, PrefillCount: 10},              // NaN
+		{PromptTokens: math.Inf(1), PrefillSeconds: 10, PrefillCount: 10},             // Inf
+		{PromptTokens: 1e18, CachedTokens: 0, PrefillSeconds: 1e-12, PrefillCount: 1}, // absurd rate
+	} {
+		f.ix.SetLoad(a, l, at)
+	}
+	st, _ = f.ix.Replica(a)
+	if st.PrefillRate != 5000 {
+		t.Fatalf("bad counters moved the learned rate to %g", st.PrefillRate)
+	}
+}
+
+// TestTouchKeepsHitBlocksAlive: a block stored once and hit ever since must
+// outlive the TTL; one nobody touches expires; Touch by a non-holder does
+// not make it a holder.
+func TestTouchKeepsHitBlocksAlive(t *testing.T) {
+	f := newFixture(t, 2, Options{TTL: time.Minute})
+	a, b := f.r[0], f.r[1]
+	hot, cold := keys(0, 2), keys(100, 2)
+	f.ix.Store(a, hot, TierGPU)
+	f.ix.Store(a, cold, TierGPU)
+	for range 5 {
+		f.clock.Advance(40 * time.Second)
+		f.ix.Touch(a, hot)
+		f.ix.Touch(b, cold)
+	}
+	equalRuns(t, f.ix.LookupRoute(f.pool, hot, nil), map[ReplicaID]int{a.ID: 2})
+	equalRuns(t, f.ix.LookupRoute(f.pool, cold, nil), map[ReplicaID]int{})
+}
+
+// TestRemoveEndsSpeculation: a BlockRemoved for a block the router expected
+// a replica to keep ends that speculation at once, not after
+// SpeculativeTTL; another replica's speculation on it stays.
+func TestRemoveEndsSpeculation(t *testing.T) {
+	f := newFixture(t, 2, Options{SpeculativeTTL: 10 * time.Second})
+	a, b := f.r[0], f.r[1]
+	ks := keys(0, 3)
+	f.ix.Store(a, ks, TierGPU)
+	f.ix.StoreSpeculative(a, ks)
+	f.ix.StoreSpeculative(b, ks[:1])
+	f.ix.Remove(a, ks[1:], TierGPU) // the engine evicted blocks 1 and 2
+	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 1, b.ID: 1})
+}

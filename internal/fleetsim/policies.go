@@ -1,0 +1,218 @@
+package fleetsim
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/internal/routebench"
+	"github.com/kvroute/kvroute/internal/vllmemu"
+	"github.com/kvroute/kvroute/server"
+)
+
+func newPicker(policy string, engines int, o Options) (picker, error) {
+	switch policy {
+	case PolicyKVRoute:
+		return newKVRoute(engines, o)
+	case PolicyApproxPrefix:
+		// GIE's approximate prefix scorer with its defaults (64-character
+		// chunks, 31,250 chunks remembered per server, 4 characters per
+		// token) and the benchmark's load term (256 tokens per request in
+		// flight). Tokens are spelled as 4 characters each, so one chunk is
+		// exactly 16 tokens of the prompt.
+		return &gatewayPicker{pol: routebench.NewApproxPrefix(256), text: true}, nil
+	case PolicyRoundRobin:
+		return &gatewayPicker{pol: &routebench.RoundRobin{}}, nil
+	case PolicyLeastLoaded:
+		return &gatewayPicker{pol: &routebench.LeastLoaded{}}, nil
+	case PolicyRandom:
+		return &gatewayPicker{pol: routebench.NewRandom(o.Seed)}, nil
+	case policyPooled:
+		return &gatewayPicker{pol: &routebench.RoundRobin{}}, nil
+	}
+	return nil, fmt.Errorf("unknown policy %q (known: %s)", policy, strings.Join(AllPolicies, ", "))
+}
+
+// gatewayPicker runs one of the benchmark's gateway-side policies; it sees
+// only its own in-flight counts (and, for approx-prefix, the prompt).
+type gatewayPicker struct {
+	pol  routebench.Policy
+	text bool
+	buf  []byte
+}
+
+func (g *gatewayPicker) pick(_ time.Time, _ int, tokens []int, inFlight []int) (int, error) {
+	prompt := ""
+	if g.text {
+		g.buf = spell(g.buf[:0], tokens)
+		prompt = string(g.buf)
+	}
+	return g.pol.Pick(routebench.Text(prompt), routebench.FleetView{InFlight: inFlight}), nil
+}
+
+func (*gatewayPicker) done(int)                          {}
+func (*gatewayPicker) events(int, []byte) error          { return nil }
+func (*gatewayPicker) scrape(time.Time, []vllmemu.Stats) {}
+func (*gatewayPicker) decisions() map[string]int         { return nil }
+
+// spell writes each token id as 4 base-64 characters.
+func spell(dst []byte, tokens []int) []byte {
+	const digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for _, t := range tokens {
+		dst = append(dst, digits[t>>18&63], digits[t>>12&63], digits[t>>6&63], digits[t&63])
+	}
+	return dst
+}
+
+// kvPicker is kvroute itself: its config parsed as `kvroute serve` parses
+// it, its index on the virtual clock, one ingest Applier per engine fed
+// every step's KV events, load "scraped" from the engines' counters, and
+// the router's decision on the prompt's token ids (Router.DecideIDs, the
+// path Decide takes once a /v1/completions body is parsed).
+type kvPicker struct {
+	ix       *index.Index
+	router   *extproc.Router
+	eps      []extproc.Endpoint
+	appliers []*ingest.Applier
+	byAddr   map[string]int
+	pending  map[int]*extproc.Decision
+	counts   map[string]int
+	now      time.Time
+	// matches and blockSize serve the moved-from-holder count;
+	// movedTokens sums the cached tokens those decisions gave up.
+	matches     []index.Match
+	blockSize   int
+	movedTokens int64
+}
+
+const simModel = "sim"
+
+// kvrouteYAML is the simulated deployment's kvroute config: engine keys
+// (vLLM's own xxhash hashes, PYTHONHASHSEED 0), the engines' block size.
+func kvrouteYAML(engines, blockSize int, routing string, indexTTL time.Duration) string {
+	var b strings.Builder
+	b.WriteString("listen: {extproc: \"127.0.0.1:0\", admin: \"\"}\n")
+	if indexTTL > 0 {
+		fmt.Fprintf(&b, "index: {ttl: %s}\n", indexTTL)
+	}
+	if routing != "" {
+		fmt.Fprintf(&b, "routing: %s\n", routing)
+	}
+	fmt.Fprintf(&b, "pools:\n  - name: fleet\n    models: [%q]\n    block_size: %d\n    keys: engine\n    hash: {algorithm: %s, seed: %q}\n    replicas:\n",
+		simModel, blockSize, simAlgo.String(), fleetSeed)
+	for i := range engines {
+		fmt.Fprintf(&b, "      - {name: vllm-%d, address: \"10.0.%d.%d:8000\"}\n", i, i/250, i%250+1)
+	}
+	return b.String()
+}
+
+func newKVRoute(engines int, o Options) (*kvPicker, error) {
+	cfg, err := config.Parse([]byte(kvrouteYAML(engines, o.BlockSize, o.RoutingYAML, o.IndexTTL)))
+	if err != nil {
+		return nil, fmt.Errorf("kvroute config: %w", err)
+	}
+	k := &kvPicker{byAddr: map[string]int{}, pending: map[int]*extproc.Decision{}, counts: map[string]int{}, now: epoch}
+	k.ix = index.New(index.Options{
+		TTL: cfg.Index.TTL.Std(), MaxEntries: cfg.Index.MaxEntries, CPUTierWeight: cfg.Index.CPUTierWeight,
+		SpeculativeTTL: cfg.Index.SpeculativeTTL.Std(), Now: func() time.Time { return k.now },
+	})
+	pc := &cfg.Pools[0]
+	pid, err := k.ix.AddPool(pc.Name)
+	if err != nil {
+		return nil, err
+	}
+	algo, err := blockhash.ParseAlgorithm(pc.Hash.Algorithm)
+	if err != nil {
+		return nil, err
+	}
+	// One key owner for the pool, shared by the appliers and the router, as
+	// server wires them.
+	keys, err := blockhash.NewPoolKeys(blockhash.PoolKeysConfig{Pool: pc.Name, EngineKeys: true,
+		Algorithm: algo, Seed: pc.Hash.Seed, BlockSize: pc.BlockSize})
+	if err != nil {
+		return nil, err
+	}
+	ip := ingest.Pool{Name: pc.Name, ID: pid, Models: pc.Models, Keys: keys}
+	for i, rc := range pc.Replicas {
+		r, err := k.ix.AddReplica(pid, rc.Name)
+		if err != nil {
+			return nil, err
+		}
+		a, err := ingest.NewApplier(k.ix, ip, ingest.Rank{Replica: r, Name: rc.Name, ReplicaName: rc.Name, Address: rc.Address, DPSize: 1},
+			func() time.Time { return k.now })
+		if err != nil {
+			return nil, err
+		}
+		k.appliers = append(k.appliers, a)
+		k.eps = append(k.eps, extproc.Endpoint{Replica: r, Name: rc.Name, Address: rc.Address, DPSize: 1})
+		k.byAddr[rc.Address] = i
+	}
+	k.blockSize = pc.BlockSize
+	k.router, err = extproc.NewRouter(k.ix, []extproc.PoolConfig{{
+		Name: pc.Name, ID: pid, Models: pc.Models, Keys: keys, Endpoints: k.eps,
+	}}, server.RouterOptions(cfg.Routing))
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
+	k.now = now
+	// Router.DecideIDs is Decide after the body is parsed: a body of 12k
+	// token ids through encoding/json would be most of the simulation's time.
+	d := k.router.DecideIDs(simModel, tokens)
+	k.counts[d.Outcome+"/"+d.Reason]++
+	k.counts["expected cached tokens"] += d.MatchedTokens // what the index promised
+	if d.Endpoint == nil {
+		return 0, fmt.Errorf("kvroute: %s/%s: %v", d.Outcome, d.Reason, d.Err)
+	}
+	// Hypothesis (a) of issue 14, counted: the request went to a replica
+	// holding less of its prefix than the best holder did.
+	if len(d.Keys) > 0 {
+		best := 0
+		k.matches = k.ix.LookupRoute(k.eps[0].Replica.Pool, d.Keys, k.matches[:0])
+		for _, m := range k.matches {
+			best = max(best, m.Blocks)
+		}
+		if best*k.blockSize > d.MatchedTokens {
+			k.counts["moved-from-holder"]++
+			k.movedTokens += int64(best*k.blockSize - d.MatchedTokens)
+		}
+	}
+	k.router.Begin(&d)
+	k.pending[id] = &d
+	return k.byAddr[d.Endpoint.Address], nil
+}
+
+func (k *kvPicker) done(id int) {
+	if d := k.pending[id]; d != nil {
+		k.router.End(d)
+		delete(k.pending, id)
+	}
+}
+
+func (k *kvPicker) events(e int, payload []byte) error { return k.appliers[e].Apply(payload) }
+
+func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
+	k.now = now
+	for i, s := range stats {
+		k.ix.SetLoad(k.eps[i].Replica, index.Load{
+			Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage,
+			PromptTokens: float64(s.PrefilledPromptTokens), CachedTokens: float64(s.PrefilledCachedTokens),
+			PrefillSeconds: s.PrefillSeconds, PrefillCount: float64(s.PrefillCount),
+		}, now)
+	}
+}
+
+func (k *kvPicker) decisions() map[string]int {
+	if k.movedTokens > 0 {
+		k.counts["moved-from-holder (cached tokens given up)"] = int(k.movedTokens)
+	}
+	return k.counts
+}

@@ -1,0 +1,191 @@
+package fleetsim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is a simulation's outcome: every policy, and the two ceilings.
+type Report struct {
+	Results []*Result
+	// Ideal is the infinite-cache reuse bound: every prefix ever seen is
+	// still cached (whole engine blocks, never the last prompt token).
+	Ideal float64
+	// Pooled is the pooled-cache bound: one engine with the whole fleet's
+	// KV and the same eviction.
+	Pooled *Result
+}
+
+// RunAll runs the policies in order, then the pooled bound, and computes
+// the ideal bound.
+func RunAll(src Source, policies []string, o Options) (*Report, error) {
+	rep := &Report{}
+	for _, p := range policies {
+		r, err := Run(src, p, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.Results = append(rep.Results, r)
+	}
+	pooled, err := Run(src, policyPooled, o)
+	if err != nil {
+		return nil, err
+	}
+	rep.Pooled = pooled
+	var hit, total int64
+	for i := range src.Len() {
+		tokens, _ := src.Prompt(i)
+		total += int64(len(tokens))
+		hit += int64(src.IdealHit(i, o.BlockSize))
+	}
+	if total > 0 {
+		rep.Ideal = float64(hit) / float64(total)
+	}
+	return rep, nil
+}
+
+// jsonPolicy and jsonReport are results.json, in issue 14's shape.
+type jsonPolicy struct {
+	Name         string  `json:"name"`
+	TokenHitRate float64 `json:"token_hit_rate"`
+	TTFTP50      float64 `json:"ttft_p50_ms"`
+	TTFTP90      float64 `json:"ttft_p90_ms"`
+	TTFTP99      float64 `json:"ttft_p99_ms"`
+	Requests     int     `json:"requests"`
+	Errors       int     `json:"errors"`
+}
+
+type jsonReport struct {
+	Policies      []jsonPolicy `json:"policies"`
+	IdealHitRate  float64      `json:"ideal_hit_rate"`
+	PooledHitRate float64      `json:"pooled_hit_rate"`
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// WriteJSON writes results.json.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	out := jsonReport{Policies: []jsonPolicy{}, IdealHitRate: rep.Ideal}
+	if rep.Pooled != nil {
+		out.PooledHitRate = rep.Pooled.HitRate()
+	}
+	for _, r := range rep.Results {
+		out.Policies = append(out.Policies, jsonPolicy{Name: r.Name, TokenHitRate: r.HitRate(),
+			TTFTP50: msOf(r.Percentile(0.5)), TTFTP90: msOf(r.Percentile(0.9)), TTFTP99: msOf(r.Percentile(0.99)),
+			Requests: r.Requests, Errors: r.Errors})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// WriteMarkdown writes the results table.
+func (rep *Report) WriteMarkdown(w io.Writer) {
+	fmt.Fprintln(w, "| policy | token hit rate | TTFT p50 | TTFT p90 | TTFT p99 | requests | errors | imbalance (max/mean) | wall |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	rows := append([]*Result(nil), rep.Results...)
+	if rep.Pooled != nil {
+		rows = append(rows, rep.Pooled)
+	}
+	for _, r := range rows {
+		name := r.Name
+		if r == rep.Pooled {
+			name = "pooled bound (1 engine, whole fleet's KV)"
+		}
+		fmt.Fprintf(w, "| %s | %.1f %% | %.0f ms | %.0f ms | %.0f ms | %d | %d | %.2f | %.0f s |\n", name, 100*r.HitRate(),
+			msOf(r.Percentile(0.5)), msOf(r.Percentile(0.9)), msOf(r.Percentile(0.99)), r.Requests, r.Errors, r.Imbalance(), r.Wall.Seconds())
+	}
+	fmt.Fprintf(w, "\nIdeal (infinite cache) hit rate: %.1f %%.", 100*rep.Ideal)
+	if rep.Pooled != nil {
+		fmt.Fprintf(w, " Pooled-cache bound: %.1f %%.", 100*rep.Pooled.HitRate())
+	}
+	fmt.Fprintln(w)
+	for _, r := range rep.Results {
+		if len(r.Decisions) == 0 {
+			continue
+		}
+		var parts []string
+		for k, v := range r.Decisions {
+			parts = append(parts, fmt.Sprintf("%s %d", k, v))
+		}
+		slices.Sort(parts)
+		fmt.Fprintf(w, "\n%s decisions: %s\n", r.Name, strings.Join(parts, ", "))
+	}
+}
+
+// WriteSVG draws hit rate and TTFT p90 per policy as two bar groups.
+func (rep *Report) WriteSVG(w io.Writer, title string) {
+	const width, rowH, left, top = 760.0, 26.0, 150.0, 50.0
+	rows := rep.Results
+	height := top + float64(len(rows))*rowH*2 + 70
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" font-family="sans-serif" font-size="12">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="22" font-size="15">%s</text>`+"\n", escapeXML(title))
+	half := (width - left - 40) / 2
+	maxP90 := 0.0
+	for _, r := range rows {
+		maxP90 = max(maxP90, msOf(r.Percentile(0.9)))
+	}
+	fmt.Fprintf(&b, `<text x="%g" y="42">token hit rate (ideal %.1f %%, pooled %.1f %% dashed)</text>`+"\n", left, 100*rep.Ideal, 100*rep.pooledRate())
+	fmt.Fprintf(&b, `<text x="%g" y="42">TTFT p90 (ms)</text>`+"\n", left+half+20)
+	for i, r := range rows {
+		y := top + float64(i)*rowH*2
+		fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="end">%s</text>`+"\n", left-8, y+16, escapeXML(r.Name))
+		wHit := half * r.HitRate()
+		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%.1f" height="20" fill="#1f77b4"/><text x="%.1f" y="%g">%.1f %%</text>`+"\n", left, y+2, wHit, left+wHit+4, y+16, 100*r.HitRate())
+		p90 := msOf(r.Percentile(0.9))
+		wP := 0.0
+		if maxP90 > 0 {
+			wP = (half - 60) * p90 / maxP90
+		}
+		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%.1f" height="20" fill="#ff7f0e"/><text x="%.1f" y="%g">%.0f</text>`+"\n", left+half+20, y+2, wP, left+half+24+wP, y+16, p90)
+	}
+	bottom := top + float64(len(rows))*rowH*2
+	for _, v := range []float64{rep.Ideal, rep.pooledRate()} {
+		x := left + half*v
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#555" stroke-dasharray="4 3"/>`+"\n", x, top, x, bottom)
+	}
+	b.WriteString("</svg>\n")
+	io.WriteString(w, b.String())
+}
+
+func (rep *Report) pooledRate() float64 {
+	if rep.Pooled == nil {
+		return 0
+	}
+	return rep.Pooled.HitRate()
+}
+
+// Write puts results.json, results.md and results.svg into dir.
+func (rep *Report) Write(dir, header string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var js strings.Builder
+	if err := rep.WriteJSON(&js); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), []byte(js.String()), 0o644); err != nil {
+		return err
+	}
+	var md strings.Builder
+	md.WriteString(header)
+	rep.WriteMarkdown(&md)
+	md.WriteString("\n![hit rate and TTFT p90 per policy](results.svg)\n")
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	var svg strings.Builder
+	rep.WriteSVG(&svg, strings.TrimSpace(strings.SplitN(header, "\n", 2)[0]))
+	return os.WriteFile(filepath.Join(dir, "results.svg"), []byte(svg.String()), 0o644)
+}
+
+func escapeXML(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}

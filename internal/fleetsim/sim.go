@@ -1,0 +1,266 @@
+package fleetsim
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/internal/vllmemu"
+)
+
+// Policy names.
+const (
+	PolicyKVRoute      = "kvroute"
+	PolicyApproxPrefix = "approx-prefix"
+	PolicyRoundRobin   = "round-robin"
+	PolicyLeastLoaded  = "least-loaded"
+	PolicyRandom       = "random"
+	// policyPooled is the pooled-cache bound: one engine with the whole
+	// fleet's KV, budget and speed.
+	policyPooled = "pooled"
+)
+
+// AllPolicies is every routing policy, in report order.
+var AllPolicies = []string{PolicyRoundRobin, PolicyLeastLoaded, PolicyRandom, PolicyApproxPrefix, PolicyKVRoute}
+
+// Options describe a simulated fleet. Every figure in docs/BENCHMARKS.md
+// names the options that produced it.
+type Options struct {
+	Engines int
+	// KVBlocks is each engine's KV capacity in blocks of BlockSize tokens.
+	KVBlocks  int
+	BlockSize int
+	// MaxNumSeqs and MaxNumBatchedTokens are vLLM's scheduler limits.
+	MaxNumSeqs          int
+	MaxNumBatchedTokens int
+	MaxModelLen         int
+	// Prefill is the step time per uncached prompt token, Decode the time
+	// of a step in which sequences decode (the emulator's latency model).
+	Prefill, Decode time.Duration
+	// ScrapeInterval is how often kvroute reads each engine's load (its
+	// ingest.scrape_interval).
+	ScrapeInterval time.Duration
+	// RoutingYAML is extra kvroute routing config ("{placement_slack: 1}"),
+	// for tuning; "" takes the defaults.
+	RoutingYAML string
+	// IndexTTL is kvroute's index.ttl; 0 keeps its default.
+	IndexTTL time.Duration
+	Seed     uint64
+	// Progress, when set, receives a line every ProgressEvery requests.
+	Progress      io.Writer
+	ProgressEvery int
+}
+
+// DefaultOptions is the fleet the Mooncake figures use: 16 engines of
+// 8,192 blocks × 64 tokens (524,288 tokens, an 8B model's KV on one 80 GB
+// GPU; the fleet holds 8.4 M tokens against the trace's 93.6 M distinct),
+// 64 sequences, 2,048-token chunks, 128k context, 50 µs per prefill token
+// (20k tokens/s), 5 ms per decode step, load scraped every second.
+func DefaultOptions() Options {
+	return Options{
+		Engines: 16, KVBlocks: 8192, BlockSize: 64, MaxNumSeqs: 64, MaxNumBatchedTokens: 2048,
+		MaxModelLen: 131072, Prefill: 50 * time.Microsecond, Decode: 5 * time.Millisecond,
+		ScrapeInterval: time.Second, Seed: 1, ProgressEvery: 1000,
+	}
+}
+
+// Result is one policy's run.
+type Result struct {
+	Name         string
+	Requests     int
+	Errors       int
+	PromptTokens int64
+	HitTokens    int64
+	TTFT         []time.Duration
+	PerEngine    []int
+	Virtual      time.Duration // simulated time until the last request finished
+	Wall         time.Duration
+	Decisions    map[string]int // kvroute's outcome/reason counts
+}
+
+// HitRate is the token-level prefix-cache hit rate.
+func (r *Result) HitRate() float64 {
+	if r.PromptTokens == 0 {
+		return 0
+	}
+	return float64(r.HitTokens) / float64(r.PromptTokens)
+}
+
+// Percentile is the q-quantile of TTFT (nearest rank).
+func (r *Result) Percentile(q float64) time.Duration {
+	if len(r.TTFT) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.TTFT)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// Imbalance is max/mean requests per engine.
+func (r *Result) Imbalance() float64 {
+	sum, peak := 0, 0
+	for _, n := range r.PerEngine {
+		sum += n
+		peak = max(peak, n)
+	}
+	if sum == 0 {
+		return 0
+	}
+	return float64(peak) / (float64(sum) / float64(len(r.PerEngine)))
+}
+
+// epoch is the virtual clock's origin.
+var epoch = time.Unix(1_767_225_600, 0)
+
+// fleetSeed is the engines' PYTHONHASHSEED (kvroute's engine keys need it).
+const fleetSeed = "0"
+
+// simAlgo is the engines' --prefix-caching-hash-algo: xxhash, the fastest
+// vLLM offers, since every engine and kvroute hash every prompt.
+const simAlgo = blockhash.XXHash
+
+// picker routes one request to an engine.
+type picker interface {
+	// pick returns the engine for request id, or an error (counted).
+	pick(now time.Time, id int, tokens []int, inFlight []int) (int, error)
+	// done is called when request id finished on its engine.
+	done(id int)
+	// step receives engine e's KV-event batch (kvroute's ingest).
+	events(e int, payload []byte) error
+	// scrape is called every scrape interval with the engines' stats.
+	scrape(now time.Time, stats []vllmemu.Stats)
+	decisions() map[string]int
+}
+
+// Run simulates one policy over src.
+func Run(src Source, policy string, o Options) (*Result, error) {
+	start := time.Now()
+	engines := o.Engines
+	eo := vllmemu.Options{
+		BlockSize: o.BlockSize, NumBlocks: o.KVBlocks, HashAlgo: simAlgo, MaxNumSeqs: o.MaxNumSeqs,
+		MaxNumBatchedTokens: o.MaxNumBatchedTokens, MaxModelLen: o.MaxModelLen,
+		PrefillPerToken: o.Prefill, DecodePerToken: o.Decode,
+	}
+	// A context longer than the KV cache cannot run: cap it (longer prompts
+	// are then counted as errors, as vLLM rejects them).
+	eo.MaxModelLen = min(eo.MaxModelLen, (o.KVBlocks-1)*o.BlockSize)
+	if policy == policyPooled {
+		// One engine with the whole fleet's KV, sequence slots, token budget
+		// and prefill speed: what no router over these engines beats by much.
+		eo.NumBlocks = o.KVBlocks * engines
+		eo.MaxNumSeqs *= engines
+		eo.MaxNumBatchedTokens *= engines
+		eo.PrefillPerToken = o.Prefill / time.Duration(engines)
+		engines = 1
+	}
+	seed := fleetSeed
+	eo.Seed = &seed
+	var eng []*vllmemu.Virtual
+	for i := range engines {
+		eo.DataParallelRank = 0
+		_ = i
+		v, err := vllmemu.NewVirtual(eo, epoch)
+		if err != nil {
+			return nil, err
+		}
+		eng = append(eng, v)
+	}
+	p, err := newPicker(policy, engines, o)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Name: policy, PerEngine: make([]int, engines)}
+	inFlight := make([]int, engines)
+	engineOf := map[int]int{}
+	arrival := map[int]time.Time{}
+	now := epoch
+	nextScrape := epoch
+	if o.ScrapeInterval <= 0 {
+		o.ScrapeInterval = time.Second
+	}
+	stats := make([]vllmemu.Stats, engines)
+	var evErr error
+	first := func(q *vllmemu.VirtualRequest) {
+		res.TTFT = append(res.TTFT, q.FirstToken().Sub(q.Arrival()))
+		res.PromptTokens += int64(q.PromptTokens())
+		res.HitTokens += int64(q.HitTokens())
+	}
+	done := func(q *vllmemu.VirtualRequest) {
+		e := engineOf[q.ID]
+		inFlight[e]--
+		delete(engineOf, q.ID)
+		delete(arrival, q.ID)
+		p.done(q.ID)
+	}
+	next, n := 0, src.Len()
+	for {
+		// The earliest event: an engine's step end, a scrape, an arrival.
+		stepAt, stepE := time.Time{}, -1
+		for i, v := range eng {
+			if busy, t := v.Busy(); busy && (stepE < 0 || t.Before(stepAt)) {
+				stepAt, stepE = t, i
+			}
+		}
+		arrAt, haveArr := time.Time{}, next < n
+		if haveArr {
+			arrAt = epoch.Add(src.At(next))
+		}
+		if stepE < 0 && !haveArr {
+			break
+		}
+		switch {
+		case stepE >= 0 && (!haveArr || !arrAt.Before(stepAt)) && !nextScrape.Before(stepAt):
+			now = stepAt
+			v := eng[stepE]
+			if payload := v.Finish(first, done); payload != nil {
+				if err := p.events(stepE, payload); err != nil && evErr == nil {
+					evErr = err
+				}
+			}
+			v.Start(now)
+		case !haveArr || nextScrape.Before(arrAt) || nextScrape.Equal(arrAt):
+			now = nextScrape
+			for i, v := range eng {
+				stats[i] = v.Stats()
+			}
+			p.scrape(now, stats)
+			nextScrape = nextScrape.Add(o.ScrapeInterval)
+		default:
+			now = arrAt
+			id := next
+			next++
+			tokens, maxTokens := src.Prompt(id)
+			res.Requests++
+			e, err := p.pick(now, id, tokens, inFlight)
+			if err != nil {
+				res.Errors++
+				continue
+			}
+			if _, err := eng[e].Submit(now, id, tokens, maxTokens); err != nil {
+				res.Errors++
+				p.done(id)
+				continue
+			}
+			inFlight[e]++
+			engineOf[id] = e
+			arrival[id] = now
+			res.PerEngine[e]++
+			eng[e].Start(now)
+			if o.Progress != nil && o.ProgressEvery > 0 && next%o.ProgressEvery == 0 {
+				fmt.Fprintf(o.Progress, "sim %s: %d/%d requests, virtual %.0f s, wall %.1f s\n",
+					policy, next, n, now.Sub(epoch).Seconds(), time.Since(start).Seconds())
+			}
+		}
+	}
+	if evErr != nil {
+		return nil, fmt.Errorf("%s: applying KV events: %w", policy, evErr)
+	}
+	res.Virtual = now.Sub(epoch)
+	res.Wall = time.Since(start)
+	res.Decisions = p.decisions()
+	return res, nil
+}
