@@ -52,3 +52,6 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/check.v1 v1.0.0-20201130134442-10cb98267c6c // indirect
 )
+
+// third_party/zmq4 is zmq4 v0.17.0's non-test sources, verbatim.
+replace github.com/go-zeromq/zmq4 => ./third_party/zmq4
