@@ -103,11 +103,13 @@ func (q *qreader) listen(ctx context.Context, r *Conn) {
 
 	for {
 		msg := r.read()
+		// kvroute patch (upstream v0.17.0 blocks here forever once the socket is
+		// closed with this queue full; see third_party/zmq4/KVROUTE.md):
+		// the hand-over also ends with the socket's context.
 		select {
 		case <-ctx.Done():
 			return
-		default:
-			q.c <- msg
+		case q.c <- msg:
 			if msg.err != nil {
 				return
 			}

@@ -198,7 +198,14 @@ func (q *pubQReader) listen(ctx context.Context, r *Conn) {
 			case q.topic(msg):
 				r.subscribe(msg)
 			default:
-				q.c <- msg
+				// kvroute patch (upstream v0.17.0 blocks here forever once the socket is
+				// closed with this queue full; see third_party/zmq4/KVROUTE.md):
+				// the hand-over also ends with the socket's context.
+				select {
+				case <-ctx.Done():
+					return
+				case q.c <- msg:
+				}
 			}
 		}
 	}

@@ -167,7 +167,14 @@ func (q *routerQReader) listen(ctx context.Context, r *Conn) {
 				return
 			}
 			msg.Frames = append([][]byte{id}, msg.Frames...)
-			q.c <- msg
+			// kvroute patch (upstream v0.17.0 blocks here forever once the socket is
+			// closed with this queue full; see third_party/zmq4/KVROUTE.md):
+			// the hand-over also ends with the socket's context.
+			select {
+			case <-ctx.Done():
+				return
+			case q.c <- msg:
+			}
 		}
 	}
 }
