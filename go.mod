@@ -57,6 +57,7 @@ require (
 // leaks a socket's per-connection reader goroutine, with the messages it
 // holds, when the socket is closed while its peer still sends: the reader
 // blocks on its full 10-message queue without watching the socket's context.
-// third_party/zmq4 is v0.17.0 with that hand-over fixed; KVROUTE.md there
-// lists the patch. Drop this line once upstream releases the fix.
+// third_party/zmq4 is v0.17.0 with that hand-over fixed (and a PUB's Close
+// stopping its writer goroutine); KVROUTE.md there lists the patches. Drop
+// this line once upstream releases the fixes.
 replace github.com/go-zeromq/zmq4 => ./third_party/zmq4

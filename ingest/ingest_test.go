@@ -29,11 +29,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// zmq4's PUB writer goroutine is never stopped by Close (zmq4 v0.17.0);
-		// it belongs to the test publishers, not to ingest.
-		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 // steps are scenario 1 of vllm_kv_events.json (sha256_cbor, PYTHONHASHSEED

@@ -33,7 +33,11 @@ type pubSocket struct {
 
 // Close closes the open Socket
 func (pub *pubSocket) Close() error {
-	return pub.sck.Close()
+	err := pub.sck.Close()
+	// kvroute patch (upstream v0.17.0 never closes the writer, so its run
+	// goroutine outlived every PUB socket; see third_party/zmq4/KVROUTE.md).
+	_ = pub.sck.w.Close()
+	return err
 }
 
 // Send puts the message on the outbound send queue.
@@ -248,11 +252,15 @@ func newPubMWriter(ctx context.Context) *pubMWriter {
 func (w *pubMWriter) run() {
 	for {
 		w.qmu.Lock()
-		for w.q.Len() == 0 {
+		// kvroute patch (upstream v0.17.0 checks closed only after a wake-up:
+		// a Close while this goroutine was sending left it waiting forever;
+		// see third_party/zmq4/KVROUTE.md).
+		for w.q.Len() == 0 && !w.closed {
 			w.qcond.Wait()
-			if w.closed {
-				return
-			}
+		}
+		if w.closed {
+			w.qmu.Unlock()
+			return
 		}
 		msg, _ := w.q.Peek()
 		w.q.Pop()
