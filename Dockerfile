@@ -2,6 +2,8 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# go.mod replaces go-zeromq/zmq4 with this patched copy (third_party/zmq4/KVROUTE.md).
+COPY third_party/ third_party/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -o /out/kvroute ./cmd/kvroute

@@ -52,3 +52,12 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/check.v1 v1.0.0-20201130134442-10cb98267c6c // indirect
 )
+
+// zmq4 v0.17.0 (the newest release; upstream master at 826b120 too)
+// leaks a socket's per-connection reader goroutine, with the messages it
+// holds, when the socket is closed while its peer still sends: the reader
+// blocks on its full 10-message queue without watching the socket's context.
+// third_party/zmq4 is v0.17.0 with that hand-over fixed (and a PUB's Close
+// stopping its writer goroutine); KVROUTE.md there lists the patches. Drop
+// this line once upstream releases the fixes.
+replace github.com/go-zeromq/zmq4 => ./third_party/zmq4

@@ -47,21 +47,30 @@ func zmtpReady(socketType string) []byte {
 // both ways, as zmq4 and libzmq do.
 func rawHandshake(t *testing.T, c net.Conn, socketType string) {
 	t.Helper()
+	if err := tryHandshake(c, socketType); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryHandshake is rawHandshake for a server whose peer may go away first
+// (kvroute closing a reconnect attempt while a test ends).
+func tryHandshake(c net.Conn, socketType string) error {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := c.Write(append(zmtpGreeting(), zmtpReady(socketType)...)); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var g [zmtpGreetingLen]byte
 	if _, err := io.ReadFull(c, g[:]); err != nil {
-		t.Fatalf("greeting: %v", err)
+		return fmt.Errorf("greeting: %w", err)
 	}
 	var hdr [2]byte
 	if _, err := io.ReadFull(c, hdr[:]); err != nil || hdr[0] != zmtpFlagCommand {
-		t.Fatalf("READY header % x: %v", hdr, err)
+		return fmt.Errorf("READY header % x: %v", hdr, err)
 	}
 	if _, err := io.ReadFull(c, make([]byte, hdr[1])); err != nil {
-		t.Fatalf("READY body: %v", err)
+		return fmt.Errorf("READY body: %w", err)
 	}
+	return nil
 }
 
 // sendHugeHeader sends a message frame header announcing size bytes and
@@ -131,7 +140,10 @@ func rawServer(t *testing.T, socketType string, size uint64) string {
 			if err != nil {
 				return
 			}
-			rawHandshake(t, c, socketType)
+			if err := tryHandshake(c, socketType); err != nil {
+				c.Close() // a dial kvroute gave up on; the next one comes
+				continue
+			}
 			_, _ = c.Write(binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, size))
 			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 			_, _ = io.Copy(io.Discard, c)
