@@ -3,7 +3,7 @@ package blockhash
 import "encoding/binary"
 
 // CBOR as cbor2.dumps(obj, canonical=True) writes the shapes vLLM hashes
-// (RFC 8949 preferred encoding; VLLM.md §2.4): tuples are definite arrays,
+// (RFC 8949 preferred encoding; vLLM's vllm/utils/hashing.py, cbor2 canonical): tuples are definite arrays,
 // bytes major 2, str major 3, ints major 0/1, None 0xf6.
 
 const (

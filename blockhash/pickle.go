@@ -7,7 +7,7 @@ import (
 )
 
 // Pickle protocol 5 as CPython's C pickler writes the shapes vLLM hashes
-// (pickle.dumps(obj, protocol=5); VLLM.md §2.5). Every str, bytes and non-empty
+// (pickle.dumps(obj, protocol=5); vllm/utils/hashing.py). Every str, bytes and non-empty
 // tuple is memoized; ints never are. The pickler memoizes by object identity,
 // so the same Python object appearing twice in one block would be written as a
 // BINGET the outside world cannot predict: vLLM builds distinct objects for the

@@ -13,7 +13,7 @@ var prefixKinds = map[string]bool{
 	"unknown":             true,
 }
 
-// ZMQ framing (VLLM.md §4): live [topic, seq(8 BE), payload]; replay request
+// ZMQ framing (vllm/distributed/kv_events.py, ZmqEventPublisher): live [topic, seq(8 BE), payload]; replay request
 // ["", start_seq(8 BE)] from a DEALER; the reply stream ends with seq ffx8.
 const (
 	seqLen       = 8
@@ -46,7 +46,7 @@ const (
 	metricSchemeMismatch = "kvroute_hash_scheme_mismatch_total"
 )
 
-// vLLM /metrics names (VLLM.md §5).
+// vLLM /metrics names (vllm/v1/metrics/loggers.py).
 const (
 	vllmRunning        = "vllm:num_requests_running"
 	vllmWaiting        = "vllm:num_requests_waiting"

@@ -58,7 +58,7 @@ type liveBatch struct {
 	payload []byte
 }
 
-// seqState tracks one publisher's sequence numbers (VLLM.md §4.2: 0,1,2…
+// seqState tracks one publisher's sequence numbers (vllm/distributed/kv_events.py: 0,1,2…
 // per publisher, reset by a restart).
 type seqState struct {
 	have        bool   // last is valid

@@ -3,8 +3,9 @@
 // prints them as JSON for operators. It is the one decoder kvroute's ingest,
 // `kvroute events decode` and the engine emulator's tests share.
 //
-// Source of truth: vllm/distributed/kv_events.py at upstream main 5ac26849,
-// as specified in ../shared/VLLM.md §3.
+// Source of truth: vllm/distributed/kv_events.py at upstream main 5ac26849
+// (msgspec structs, encoded by msgspec's MessagePack encoder);
+// testdata/vllm/vllm_kv_events.json holds vLLM's own bytes.
 package vllmevent
 
 import (
@@ -245,7 +246,7 @@ func (d *Decoder) event(ev *Event) error {
 	}
 }
 
-// Field positions of the positional layout, after the tag (VLLM.md §3.4).
+// Field positions of the positional layout, after the tag (vLLM ≤ v0.23.x, vllm/distributed/kv_events.py).
 var (
 	storedFields  = []string{fBlockHashes, fParentBlockHash, fTokenIDs, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroupIdx, fKVCacheSpecKind, fSlidingWindow, fLocality}
 	removedFields = []string{fBlockHashes, fMedium, fGroupIdx, fLocality}

@@ -111,7 +111,7 @@ func Do(ctx context.Context, client extprocv3.ExternalProcessorClient, cfg Confi
 
 // DoWhile is Do with the rest of the HTTP request in the middle: Envoy keeps
 // the ext_proc stream open until the HTTP stream is destroyed, i.e. after
-// the upstream response (ENVOY.md §2.1; ext_proc.cc closes the stream in
+// the upstream response (Envoy source/extensions/filters/http/ext_proc; ext_proc.cc closes the stream in
 // onDestroy), so a processor that counts requests in flight by open streams
 // sees each request for as long as it lasts. upstream, when not nil, runs
 // after a completed exchange (also one ending in a local reply) and before

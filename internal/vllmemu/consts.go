@@ -34,7 +34,7 @@ const (
 	maxBodyBytes           = 32 << 20
 )
 
-// Metric names and labels (vllm/v1/metrics/loggers.py; VLLM.md §5).
+// Metric names and labels (vllm/v1/metrics/loggers.py).
 const (
 	metricRunning        = "vllm:num_requests_running"
 	metricWaiting        = "vllm:num_requests_waiting"

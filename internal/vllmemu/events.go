@@ -51,7 +51,7 @@ type eventBatch struct {
 // tagged "type" with defaulted-None fields left out, or — legacy — as a
 // positional array with every field of the 12-field BlockStored of vLLM
 // ≤ 0.23 (vllm/distributed/kv_events.py, upstream main 5ac26849 and
-// bcb9c133b; VLLM.md §3.2–3.4).
+// bcb9c133b; vllm/distributed/kv_events.py).
 func encodeBatch(dst []byte, b *eventBatch, legacy bool) []byte {
 	dst = append(dst, 0x93)
 	dst = appendFloat64(dst, b.ts)
