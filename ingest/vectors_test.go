@@ -1,14 +1,10 @@
 package ingest
 
-// Test helpers shared with ingest/vllmevent's tests (kept in step with them):
-// the golden vectors and a msgpack payload builder.
+// Test helpers: the golden vectors and the msgpack payload builder (one
+// implementation in internal/testdata, shared with ingest/vllmevent).
 
 import (
-	"bytes"
-	"encoding/hex"
 	"testing"
-
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvroute/kvroute/internal/testdata"
 )
@@ -18,54 +14,9 @@ type eventVectors = testdata.KVEventVectors
 
 func loadEventVectors(tb testing.TB) *eventVectors { return testdata.LoadKVEventVectors(tb) }
 
-func unhex(tb testing.TB, s string) []byte {
-	tb.Helper()
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
+// The msgpack payload builders and hex decoding the KV-event tests share.
+type kv = testdata.MsgpackMap
 
-// enc builds msgpack test payloads; maps keep insertion order.
-func enc(t testing.TB, v ...any) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	e := msgpack.NewEncoder(&buf)
-	for _, x := range v {
-		if err := encValue(e, x); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return buf.Bytes()
-}
+func enc(tb testing.TB, v ...any) []byte { tb.Helper(); return testdata.Msgpack(tb, v...) }
 
-// kv is an ordered msgpack map.
-type kv []any
-
-func encValue(e *msgpack.Encoder, v any) error {
-	switch v := v.(type) {
-	case kv:
-		if err := e.EncodeMapLen(len(v) / 2); err != nil {
-			return err
-		}
-		for _, x := range v {
-			if err := encValue(e, x); err != nil {
-				return err
-			}
-		}
-		return nil
-	case []any:
-		if err := e.EncodeArrayLen(len(v)); err != nil {
-			return err
-		}
-		for _, x := range v {
-			if err := encValue(e, x); err != nil {
-				return err
-			}
-		}
-		return nil
-	default:
-		return e.Encode(v)
-	}
-}
+func unhex(tb testing.TB, s string) []byte { tb.Helper(); return testdata.Unhex(tb, s) }

@@ -2,13 +2,10 @@ package vllmevent
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
-
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvroute/kvroute/internal/testdata"
 )
@@ -17,15 +14,6 @@ import (
 type eventVectors = testdata.KVEventVectors
 
 func loadEventVectors(tb testing.TB) *eventVectors { return testdata.LoadKVEventVectors(tb) }
-
-func unhex(tb testing.TB, s string) []byte {
-	tb.Helper()
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
 
 var fieldsByType = map[string][]string{
 	tagBlockStored:      storedFields,
@@ -165,48 +153,12 @@ func TestDecodeKeepsFieldsIndexNeeds(t *testing.T) {
 	}
 }
 
-// enc builds msgpack test payloads; maps keep insertion order.
-func enc(t testing.TB, v ...any) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	e := msgpack.NewEncoder(&buf)
-	for _, x := range v {
-		if err := encValue(e, x); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return buf.Bytes()
-}
+// The msgpack payload builders and hex decoding the KV-event tests share.
+type kv = testdata.MsgpackMap
 
-// kv is an ordered msgpack map.
-type kv []any
+func enc(tb testing.TB, v ...any) []byte { tb.Helper(); return testdata.Msgpack(tb, v...) }
 
-func encValue(e *msgpack.Encoder, v any) error {
-	switch v := v.(type) {
-	case kv:
-		if err := e.EncodeMapLen(len(v) / 2); err != nil {
-			return err
-		}
-		for _, x := range v {
-			if err := encValue(e, x); err != nil {
-				return err
-			}
-		}
-		return nil
-	case []any:
-		if err := e.EncodeArrayLen(len(v)); err != nil {
-			return err
-		}
-		for _, x := range v {
-			if err := encValue(e, x); err != nil {
-				return err
-			}
-		}
-		return nil
-	default:
-		return e.Encode(v)
-	}
-}
+func unhex(tb testing.TB, s string) []byte { tb.Helper(); return testdata.Unhex(tb, s) }
 
 func TestDecodeIsForwardAndBackwardCompatible(t *testing.T) {
 	stored := func(extra ...any) kv {

@@ -3,11 +3,10 @@ package fleetsim
 import (
 	"fmt"
 	"io"
-	"math"
-	"slices"
 	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/internal/routebench"
 	"github.com/kvroute/kvroute/internal/vllmemu"
 )
 
@@ -89,16 +88,9 @@ func (r *Result) HitRate() float64 {
 	return float64(r.HitTokens) / float64(r.PromptTokens)
 }
 
-// Percentile is the q-quantile of TTFT (nearest rank).
-func (r *Result) Percentile(q float64) time.Duration {
-	if len(r.TTFT) == 0 {
-		return 0
-	}
-	s := slices.Clone(r.TTFT)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
+// Percentile is the q-quantile of TTFT (nearest rank, as the real-socket
+// benchmark reports it).
+func (r *Result) Percentile(q float64) time.Duration { return routebench.NearestRank(r.TTFT, q) }
 
 // Imbalance is max/mean requests per engine.
 func (r *Result) Imbalance() float64 {

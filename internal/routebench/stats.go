@@ -116,11 +116,15 @@ func (r *Result) HitRate() float64 {
 }
 
 // Percentile returns the q-quantile (0..1) of TTFT, nearest rank.
-func (r *Result) Percentile(q float64) time.Duration {
-	if len(r.TTFT) == 0 {
+func (r *Result) Percentile(q float64) time.Duration { return NearestRank(r.TTFT, q) }
+
+// NearestRank is the q-quantile (0..1) of ds by nearest rank; 0 when ds is
+// empty. ds is not modified.
+func NearestRank(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
 		return 0
 	}
-	s := slices.Clone(r.TTFT)
+	s := slices.Clone(ds)
 	slices.Sort(s)
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
