@@ -199,17 +199,23 @@ func (d *Decision) Rejection() (status int, msg string) {
 // candidates to those addresses (the data plane's subset hint). body may be
 // nil for a header-only request.
 func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decision {
+	return r.decide(path, body, subset, nil)
+}
+
+// decide is Decide, recording every endpoint it weighs into rec when rec is
+// non-nil (Explain).
+func (r *Router) decide(path string, body []byte, subset map[string]bool, rec *recorder) Decision {
 	if body == nil {
 		var p *pool
 		if len(r.pools) == 1 {
 			p = r.pools[0]
 		}
-		return r.byLoad(p, subset, ReasonNoBody, nil)
+		return r.byLoad(p, subset, ReasonNoBody, nil, rec)
 	}
 	req, err := ParseRequest(path, body, r.opts.Limits)
 	if req == nil {
 		// Not a JSON object: no model, so no pool.
-		return r.failOpen(nil, subset, ReasonBadJSON, 400, err)
+		return r.failOpen(nil, subset, ReasonBadJSON, 400, err, rec)
 	}
 	ref, ok := r.byModel[req.Model]
 	if !ok {
@@ -217,22 +223,22 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 			ref = modelRef{pool: r.pools[0]}
 		} else {
 			// The name is the client's: its length only, never its bytes.
-			return r.failOpen(nil, subset, ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(req.Model)))
+			return r.failOpen(nil, subset, ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(req.Model)), rec)
 		}
 	}
 	p := ref.pool
 	switch {
 	case errors.Is(err, errPromptTooLarge):
-		return r.byLoad(p, subset, ReasonPromptTooLarge, nil)
+		return r.byLoad(p, subset, ReasonPromptTooLarge, nil, rec)
 	case errors.Is(err, errTooManyMessages):
-		return r.byLoad(p, subset, ReasonTooManyMessages, nil)
+		return r.byLoad(p, subset, ReasonTooManyMessages, nil, rec)
 	case errors.Is(err, errBadJSON):
-		return r.failOpen(p, subset, ReasonBadJSON, 400, err)
+		return r.failOpen(p, subset, ReasonBadJSON, 400, err, rec)
 	case err != nil:
-		return r.failOpen(p, subset, ReasonUnsupported, 400, err)
+		return r.failOpen(p, subset, ReasonUnsupported, 400, err, rec)
 	}
 	if !r.acquire(len(body)) {
-		return r.byLoad(p, subset, ReasonDecideBudget, nil)
+		return r.byLoad(p, subset, ReasonDecideBudget, nil, rec)
 	}
 	defer r.release(len(body))
 	idBuf := r.ids.Get().(*[]int)
@@ -246,11 +252,11 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 	}()
 	if err != nil || reason != "" {
 		if err != nil {
-			return r.failOpen(p, subset, reason, 400, err)
+			return r.failOpen(p, subset, reason, 400, err, rec)
 		}
-		return r.byLoad(p, subset, reason, nil)
+		return r.byLoad(p, subset, reason, nil, rec)
 	}
-	return r.decideIDs(p, ref.lora, req.CacheSalt, ids, subset)
+	return r.decideIDs(p, ref.lora, req.CacheSalt, ids, subset, rec)
 }
 
 // DecideIDs routes a completion whose prompt token ids are already known,
@@ -260,31 +266,38 @@ func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decisi
 func (r *Router) DecideIDs(model string, ids []int) Decision {
 	ref, ok := r.byModel[model]
 	if !ok {
-		return r.failOpen(nil, nil, ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(model)))
+		return r.failOpen(nil, nil, ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(model)), nil)
 	}
 	if len(ids) == 0 {
-		return r.byLoad(ref.pool, nil, ReasonEmptyPrompt, nil)
+		return r.byLoad(ref.pool, nil, ReasonEmptyPrompt, nil, nil)
 	}
-	return r.decideIDs(ref.pool, ref.lora, "", ids, nil)
+	return r.decideIDs(ref.pool, ref.lora, "", ids, nil, nil)
 }
 
-func (r *Router) decideIDs(p *pool, lora, salt string, ids []int, subset map[string]bool) Decision {
+func (r *Router) decideIDs(p *pool, lora, salt string, ids []int, subset map[string]bool, rec *recorder) Decision {
+	if rec != nil {
+		rec.promptTokens = len(ids)
+	}
 	k, err := p.Keys.KeySet()
 	if err != nil {
-		return r.failOpen(p, subset, ReasonHashError, 500, err)
+		return r.failOpen(p, subset, ReasonHashError, 500, err, rec)
 	}
 	if k == nil {
-		return r.byLoad(p, subset, ReasonBlockSizeUnknown, nil)
+		return r.byLoad(p, subset, ReasonBlockSizeUnknown, nil, rec)
+	}
+	if rec != nil {
+		rec.blockSize = k.BlockSize
 	}
 	keys, err := blockKeys(k, p.Keys.EngineKeys(), make([]index.BlockKey, 0, len(ids)/k.BlockSize), ids, blockhash.RequestKeys{LoRAName: lora, CacheSalt: salt})
 	if err != nil {
-		return r.failOpen(p, subset, ReasonHashError, 500, err)
+		return r.failOpen(p, subset, ReasonHashError, 500, err, rec)
 	}
-	d := r.choose(p, subset, keys, len(ids), k.BlockSize)
+	d := r.choose(p, subset, keys, len(ids), k.BlockSize, rec)
 	if d.Endpoint == nil && d.Outcome != OutcomeRejected {
 		// Whatever the cost function, an eligible fleet gets an endpoint
 		// (a NaN cost compares with nothing).
-		d = r.byLoad(p, subset, ReasonNoHit, nil)
+		rec.reset()
+		d = r.byLoad(p, subset, ReasonNoHit, nil, rec)
 	}
 	return d
 }
@@ -359,12 +372,12 @@ func (r *Router) encode(p *pool, buf []int, text string, addSpecialTokens bool) 
 // on, and rejects with status otherwise. With no pool (p nil: bad JSON, an
 // unknown model) it routes only when there is a single pool: any other
 // replica may serve another model.
-func (r *Router) failOpen(p *pool, subset map[string]bool, reason string, status int, err error) Decision {
+func (r *Router) failOpen(p *pool, subset map[string]bool, reason string, status int, err error, rec *recorder) Decision {
 	if p == nil && len(r.pools) == 1 {
 		p = r.pools[0]
 	}
 	if r.opts.FailOpen && p != nil {
-		return r.byLoad(p, subset, reason, err)
+		return r.byLoad(p, subset, reason, err, rec)
 	}
 	return Decision{Pool: poolName(p), Outcome: OutcomeRejected, Reason: reason, Status: status, Err: err}
 }
@@ -381,13 +394,17 @@ type candidate struct {
 	ep    *Endpoint
 	state index.ReplicaState
 	rate  float64 // prefill tokens/s: learned, else the configured default
+	slot  int     // its entry in the recorder (Explain), when recording
 }
 
 // eligible lists p's endpoints (all pools' when p is nil) that are healthy
 // and inside the subset hint. A full KV cache does not make a replica
 // ineligible (it only costs more, see cost): a busy engine's cache is always
 // full, and refusing traffic while engines serve is worse than queueing.
-func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate) []candidate {
+//
+// With rec non-nil it records every endpoint it looks at, eligible or not
+// and why.
+func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec *recorder) []candidate {
 	pools := r.pools
 	if p != nil {
 		pools = []*pool{p}
@@ -395,18 +412,25 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate) []ca
 	for _, pp := range pools {
 		for i := range pp.Endpoints {
 			ep := &pp.Endpoints[i]
+			slot := rec.add(ep)
 			if subset != nil && !subset[ep.Address] {
+				rec.ineligible(slot, false, IneligibleSubset)
 				continue
 			}
 			st, ok := r.ix.ReplicaAt(ep.Replica, r.opts.PrefillTokensPerSecond)
-			if !ok || !st.Healthy {
+			if !ok {
+				rec.ineligible(slot, false, IneligibleUnknown)
+				continue
+			}
+			if !st.Healthy {
+				rec.ineligible(slot, false, IneligibleUnhealthy)
 				continue
 			}
 			rate := st.PrefillRate
 			if !(rate > 0) {
 				rate = r.opts.PrefillTokensPerSecond
 			}
-			dst = append(dst, candidate{ep: ep, state: st, rate: rate})
+			dst = append(dst, candidate{ep: ep, state: st, rate: rate, slot: slot})
 		}
 	}
 	return dst
@@ -425,13 +449,8 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate) []ca
 // flight there plus the engine's foreign running ones.
 func (r *Router) cost(c *candidate, uncached float64) float64 {
 	st := &c.state
-	fw, fr := st.Foreign()
-	mean := st.MeanPromptTokens
-	if !(mean > 0) {
-		mean = r.opts.ForeignRequestTokens
-	}
-	queued := st.PendingTokens + fw*mean
-	cost := (queued+max(uncached, 0))/c.rate + r.opts.DecodeInterference*(float64(st.InFlight)+fr)
+	_, fr := st.Foreign()
+	cost := (r.queued(st)+max(uncached, 0))/c.rate + r.opts.DecodeInterference*(float64(st.InFlight)+fr)
 	if r.opts.KVUsageCeiling > 0 && st.Load.KVUsage > r.opts.KVUsageCeiling {
 		cost += r.opts.KVFullPenalty
 	}
@@ -439,6 +458,18 @@ func (r *Router) cost(c *candidate, uncached float64) float64 {
 		return math.Inf(1)
 	}
 	return cost
+}
+
+// queued is the prefill tokens ahead of a new request on a replica (see
+// cost): this router's outstanding uncached tokens plus the engine's foreign
+// waiting requests × its learned mean uncached prompt.
+func (r *Router) queued(st *index.ReplicaState) float64 {
+	fw, _ := st.Foreign()
+	mean := st.MeanPromptTokens
+	if !(mean > 0) {
+		mean = r.opts.ForeignRequestTokens
+	}
+	return st.PendingTokens + fw*mean
 }
 
 // byLoad places a request no replica holds a prefix of by the same cost, all
@@ -450,13 +481,13 @@ func (r *Router) cost(c *candidate, uncached float64) float64 {
 // emptiest, unless that replica is busier than the bound. Without keys it
 // takes the cheapest, ties at random. It rejects with 503 only when no
 // replica is healthy (or inside the subset hint).
-func (r *Router) byLoad(p *pool, subset map[string]bool, reason string, cause error) Decision {
-	return r.place(p, subset, reason, cause, nil, 0)
+func (r *Router) byLoad(p *pool, subset map[string]bool, reason string, cause error, rec *recorder) Decision {
+	return r.place(p, subset, reason, cause, nil, 0, rec)
 }
 
-func (r *Router) place(p *pool, subset map[string]bool, reason string, cause error, keys []index.BlockKey, promptTokens int) Decision {
+func (r *Router) place(p *pool, subset map[string]bool, reason string, cause error, keys []index.BlockKey, promptTokens int, rec *recorder) Decision {
 	var buf [64]candidate
-	cands := r.eligible(p, subset, buf[:0])
+	cands := r.eligible(p, subset, buf[:0], rec)
 	d := Decision{Pool: poolName(p), Outcome: OutcomeLoad, Reason: reason, Err: cause, Keys: keys, PromptTokens: promptTokens}
 	if len(cands) == 0 {
 		return r.noEligible(d)
@@ -467,6 +498,7 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 	for i := range cands {
 		c := r.cost(&cands[i], float64(promptTokens))
 		cs = append(cs, c)
+		rec.weigh(r, &cands[i], index.Match{}, float64(promptTokens), c)
 		switch {
 		case i == 0 || c < cs[best]:
 			best, ties = i, 1
@@ -530,16 +562,16 @@ func (r *Router) noEligible(d Decision) Decision {
 // the eligible endpoints, each with its own cached prefix, ties broken at
 // random; with no cached prefix anywhere it places the request by load,
 // sticky to the first block (place).
-func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int) Decision {
+func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int, rec *recorder) Decision {
 	mp := r.matches.Get().(*[]index.Match)
 	defer r.matches.Put(mp)
 	matches := r.ix.LookupRoute(p.ID, keys, (*mp)[:0])
 	*mp = matches[:0]
 	if len(matches) == 0 {
-		return r.place(p, subset, ReasonNoHit, nil, keys, promptTokens)
+		return r.place(p, subset, ReasonNoHit, nil, keys, promptTokens, rec)
 	}
 	var buf [64]candidate
-	cands := r.eligible(p, subset, buf[:0])
+	cands := r.eligible(p, subset, buf[:0], rec)
 	d := Decision{Pool: p.Name, Keys: keys, PromptTokens: promptTokens, Outcome: OutcomePrefix, Reason: ReasonHit}
 	if len(cands) == 0 {
 		return r.noEligible(d)
@@ -550,16 +582,17 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	best, ties := 0, 0
 	for i := range cands {
 		c := &cands[i]
-		var weighted float64
-		blocks := 0
+		var held index.Match
 		for _, m := range matches {
 			if m.Replica == c.ep.Replica.ID {
-				weighted, blocks = m.Weighted, m.Blocks
+				held = m
 				break
 			}
 		}
-		costs = append(costs, r.cost(c, float64(promptTokens)-weighted*float64(blockSize)))
-		matched = append(matched, blocks)
+		uncached := float64(promptTokens) - held.Weighted*float64(blockSize)
+		costs = append(costs, r.cost(c, uncached))
+		matched = append(matched, held.Blocks)
+		rec.weigh(r, c, held, uncached, costs[i])
 		switch {
 		case i == 0 || costs[i] < costs[best]:
 			best, ties = i, 1

@@ -404,7 +404,7 @@ func (st *stream) decideOnWarmStack(body []byte) Decision {
 // the request fails open like any internal error.
 func (st *stream) decide(body []byte) (d Decision) {
 	defer st.s.m.panics.Recover(panicDecide, st.s.log, func(err error) {
-		d = st.s.router.failOpen(nil, st.subset, ReasonInternalError, 500, err)
+		d = st.s.router.failOpen(nil, st.subset, ReasonInternalError, 500, err, nil)
 	})
 	return st.s.router.Decide(st.path, body, st.subset)
 }

@@ -1,0 +1,178 @@
+package extproc
+
+import (
+	"encoding/json"
+	"math"
+
+	"github.com/kvroute/kvroute/index"
+)
+
+// Why an endpoint was not a candidate (ExplainCandidate.Ineligible).
+const (
+	IneligibleSubset    = "outside_subset_hint"
+	IneligibleUnknown   = "unknown_replica"
+	IneligibleUnhealthy = "unhealthy"
+)
+
+// Explanation is a routing decision made without routing (Explain): what the
+// router saw and weighed. It carries counts only, never prompt text or ids.
+type Explanation struct {
+	Pool string `json:"pool"`
+	// PromptTokens and PromptBlocks are the prompt's token count and its
+	// full blocks at BlockSize (0 when the decision never tokenized it).
+	PromptTokens int `json:"prompt_tokens"`
+	PromptBlocks int `json:"prompt_blocks"`
+	BlockSize    int `json:"block_size"`
+	// Candidates are the endpoints the decision looked at, in config order:
+	// every endpoint of the pool once the decision reached replica choice
+	// (none when it was rejected before).
+	Candidates []ExplainCandidate `json:"candidates"`
+	// Pick is the chosen endpoint's name ("" when rejected).
+	Pick          string `json:"pick"`
+	PickAddress   string `json:"pick_address"`
+	MatchedTokens int    `json:"matched_tokens"`
+	Cost          Figure `json:"cost_seconds"`
+	Outcome       string `json:"outcome"`
+	Reason        string `json:"reason"`
+	// Status and Error describe a rejection (its messages carry lengths,
+	// never the request's bytes).
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// ExplainCandidate is one endpoint as the decision saw it.
+type ExplainCandidate struct {
+	Name     string `json:"name"`
+	Address  string `json:"address"`
+	DPRank   int    `json:"dp_rank"`
+	Healthy  bool   `json:"healthy"`
+	Eligible bool   `json:"eligible"`
+	// Ineligible says why an endpoint was not weighed (Ineligible*).
+	Ineligible string `json:"ineligible,omitempty"`
+	// Weighed: the cost below was computed (an eligible endpoint).
+	Weighed bool `json:"weighed"`
+	// MatchedBlocks is the contiguous prefix the replica holds in any tier,
+	// GPUBlocks those on GPU (speculative counts as GPU), CPUBlocks the rest;
+	// WeightedBlocks what the cost credits (CPU blocks at cpu_tier_weight).
+	MatchedBlocks  int    `json:"matched_blocks"`
+	GPUBlocks      int    `json:"gpu_blocks"`
+	CPUBlocks      int    `json:"cpu_blocks"`
+	WeightedBlocks Figure `json:"weighted_blocks"`
+	// InFlight is this router's requests on the replica; QueuedTokens the
+	// prefill tokens predicted ahead of the request and QueueSeconds their
+	// time at PrefillRate (tokens/s).
+	InFlight       int64  `json:"in_flight"`
+	QueuedTokens   Figure `json:"queued_tokens"`
+	QueueSeconds   Figure `json:"queue_seconds"`
+	PrefillRate    Figure `json:"prefill_tokens_per_second"`
+	KVUsage        Figure `json:"kv_usage"`
+	UncachedTokens Figure `json:"uncached_tokens"`
+	// Cost is the predicted seconds to first token the decision minimised.
+	Cost   Figure `json:"cost_seconds"`
+	Picked bool   `json:"picked"`
+
+	ep *Endpoint
+}
+
+// Figure is a number in an Explanation; one that is not finite (an infinite
+// cost) reads as JSON null, which decodes back as +Inf.
+type Figure float64
+
+// MarshalJSON writes null for NaN and ±Inf, which JSON cannot carry.
+func (f Figure) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads null as +Inf.
+func (f *Figure) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = Figure(math.Inf(1))
+		return nil
+	}
+	var v float64
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*f = Figure(v)
+	return nil
+}
+
+// recorder collects what one decision weighed; every method is a no-op on a
+// nil recorder (Decide's path).
+type recorder struct {
+	cands        []ExplainCandidate
+	promptTokens int
+	blockSize    int
+}
+
+func (rec *recorder) reset() {
+	if rec != nil {
+		rec.cands = rec.cands[:0]
+	}
+}
+
+// add records endpoint ep as eligible until told otherwise and returns its slot.
+func (rec *recorder) add(ep *Endpoint) int {
+	if rec == nil {
+		return -1
+	}
+	rec.cands = append(rec.cands, ExplainCandidate{Name: ep.Name, Address: ep.Address, DPRank: ep.DPRank, Healthy: true, Eligible: true, ep: ep})
+	return len(rec.cands) - 1
+}
+
+func (rec *recorder) ineligible(slot int, healthy bool, why string) {
+	if rec == nil {
+		return
+	}
+	c := &rec.cands[slot]
+	c.Eligible, c.Ineligible = false, why
+	if why != IneligibleSubset {
+		c.Healthy = healthy
+	}
+}
+
+// weigh records candidate c's held prefix, uncached tokens and cost.
+func (rec *recorder) weigh(r *Router, c *candidate, held index.Match, uncached, cost float64) {
+	if rec == nil {
+		return
+	}
+	e := &rec.cands[c.slot]
+	queued := r.queued(&c.state)
+	e.Weighed = true
+	e.MatchedBlocks, e.GPUBlocks, e.CPUBlocks = held.Blocks, held.GPUBlocks, held.Blocks-held.GPUBlocks
+	e.WeightedBlocks = Figure(held.Weighted)
+	e.InFlight = c.state.InFlight
+	e.QueuedTokens, e.QueueSeconds = Figure(queued), Figure(queued/c.rate)
+	e.PrefillRate, e.KVUsage = Figure(c.rate), Figure(c.state.Load.KVUsage)
+	e.UncachedTokens, e.Cost = Figure(max(uncached, 0)), Figure(cost)
+}
+
+// Explain runs Decide's decision for a request without routing it: nothing
+// is begun (no in-flight count, no queued tokens, no speculative blocks, no
+// LRU touch), and it returns what the decision weighed. Ties between equal
+// costs are broken at random as in Decide, so a tied pick may differ between
+// calls.
+func (r *Router) Explain(path string, body []byte) Explanation {
+	rec := &recorder{}
+	d := r.decide(path, body, nil, rec)
+	x := Explanation{
+		Pool: d.Pool, PromptTokens: max(d.PromptTokens, rec.promptTokens), PromptBlocks: len(d.Keys), BlockSize: rec.blockSize,
+		Candidates: rec.cands, MatchedTokens: d.MatchedTokens, Outcome: d.Outcome, Reason: d.Reason,
+	}
+	if x.Candidates == nil {
+		x.Candidates = []ExplainCandidate{}
+	}
+	if d.Endpoint != nil {
+		x.Pick, x.PickAddress, x.Cost = d.Endpoint.Name, d.Endpoint.Address, Figure(d.Cost)
+		for i := range x.Candidates {
+			x.Candidates[i].Picked = x.Candidates[i].ep == d.Endpoint
+		}
+	} else {
+		x.Status, x.Error = d.Rejection()
+	}
+	return x
+}

@@ -1,0 +1,110 @@
+package extproc
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/index"
+)
+
+// TestExplainIsDecideWithoutBookkeeping: Explain weighs every endpoint as
+// Decide does (same pick, cost and matched tokens on the same index), says
+// why an unhealthy one was not weighed, and leaves no trace: no in-flight
+// request, no queued prefill, no speculative blocks.
+func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	keys := h.keysOf(sharedPrefix, blockhash.RequestKeys{})
+	h.ix.Store(h.eps[1].Replica, keys, index.TierGPU)
+	h.ix.Store(h.eps[0].Replica, keys[:2], index.TierCPU)
+	h.ix.SetHealthy(h.eps[2].Replica, false)
+	body := []byte(`{"model":"qwen3","prompt":"` + sharedPrefix + `"}`)
+	before := replicaStates(h)
+
+	x := h.server.router.Explain("/v1/completions", body)
+	for i, st := range replicaStates(h) {
+		if st.InFlight != before[i].InFlight || st.PendingTokens != before[i].PendingTokens || st.StartedSinceLoad != before[i].StartedSinceLoad {
+			t.Fatalf("Explain left bookkeeping on %s: %+v, was %+v", h.eps[i].Name, st, before[i])
+		}
+	}
+	// Nothing speculative: the one replica that held nothing still holds nothing.
+	if m := h.ix.LookupRoute(h.pool, keys, nil); len(m) != 2 {
+		t.Fatalf("after Explain %d replicas hold the prompt's first block, want 2: %+v", len(m), m)
+	}
+	d := h.server.router.Decide("/v1/completions", body, nil)
+	if x.Pick != d.Endpoint.Name || x.PickAddress != d.Endpoint.Address || float64(x.Cost) != d.Cost ||
+		x.MatchedTokens != d.MatchedTokens || x.Outcome != d.Outcome || x.Reason != d.Reason ||
+		x.PromptTokens != d.PromptTokens || x.PromptBlocks != len(d.Keys) || x.Pool != "qwen" || x.BlockSize != testBlockSize {
+		t.Fatalf("Explain %+v\nDecide %+v", x, d)
+	}
+	if len(x.Candidates) != len(h.eps) {
+		t.Fatalf("%d candidates, want every endpoint (%d)", len(x.Candidates), len(h.eps))
+	}
+	c0, c1, c2 := x.Candidates[0], x.Candidates[1], x.Candidates[2]
+	if c1.Name != h.eps[1].Name || !c1.Picked || !c1.Eligible || c1.MatchedBlocks != len(keys) || c1.GPUBlocks != len(keys) || float64(c1.Cost) != d.Cost {
+		t.Fatalf("holder: %+v", c1)
+	}
+	if c0.MatchedBlocks != 2 || c0.CPUBlocks != 2 || c0.GPUBlocks != 0 || c0.WeightedBlocks != 1 || c0.Picked ||
+		float64(c0.UncachedTokens) != float64(d.PromptTokens-testBlockSize) || !(c0.Cost > c1.Cost) {
+		t.Fatalf("CPU-tier holder: %+v (holder %+v)", c0, c1)
+	}
+	if c2.Eligible || c2.Healthy || c2.Ineligible != IneligibleUnhealthy || c2.Weighed {
+		t.Fatalf("unhealthy endpoint: %+v", c2)
+	}
+	js, err := json.Marshal(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(js), "careful assistant") {
+		t.Fatalf("explanation carries prompt text: %s", js)
+	}
+}
+
+// TestExplainRejectionAndLoad: a request Decide rejects or routes by load
+// is explained with its outcome, reason and status.
+func TestExplainRejectionAndLoad(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	x := h.server.router.Explain("/v1/completions", []byte(`{"model":"secret-model-name","prompt":"x"}`))
+	if x.Outcome != OutcomeRejected || x.Reason != ReasonUnknownModel || x.Status != 404 || x.Pick != "" || x.Candidates == nil {
+		t.Fatalf("unknown model: %+v", x)
+	}
+	if strings.Contains(x.Error, "secret") {
+		t.Fatalf("error quotes the model name: %q", x.Error)
+	}
+	x = h.server.router.Explain("/v1/completions", []byte(`{"model":"qwen3","prompt":"a fresh prompt nobody holds at all"}`))
+	if x.Outcome != OutcomeLoad || x.Reason != ReasonNoHit || x.Pick == "" || len(x.Candidates) != len(h.eps) || x.PromptTokens == 0 {
+		t.Fatalf("placement: %+v", x)
+	}
+	if m := h.ix.LookupRoute(h.pool, h.keysOf("a fresh prompt nobody holds at all", blockhash.RequestKeys{}), nil); len(m) != 0 {
+		t.Fatalf("Explain stored speculative blocks: %+v", m)
+	}
+	for _, c := range x.Candidates {
+		if !c.Weighed || c.MatchedBlocks != 0 || float64(c.UncachedTokens) != float64(x.PromptTokens) {
+			t.Fatalf("placement candidate: %+v", c)
+		}
+	}
+}
+
+// TestFigureJSONCarriesInfinity: an infinite cost is null on the wire and
+// +Inf again when read.
+func TestFigureJSONCarriesInfinity(t *testing.T) {
+	b, err := json.Marshal(struct{ C Figure }{Figure(math.Inf(1))})
+	if err != nil || string(b) != `{"C":null}` {
+		t.Fatalf("%s %v", b, err)
+	}
+	var v struct{ C Figure }
+	if err := json.Unmarshal(b, &v); err != nil || !math.IsInf(float64(v.C), 1) {
+		t.Fatalf("%v %v", v.C, err)
+	}
+}
+
+func replicaStates(h *harness) []index.ReplicaState {
+	var out []index.ReplicaState
+	for _, ep := range h.eps {
+		st, _ := h.ix.Replica(ep.Replica)
+		out = append(out, st)
+	}
+	return out
+}
