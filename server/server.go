@@ -56,6 +56,7 @@ type Server struct {
 	adminLn net.Listener
 	admin   *http.Server
 	panics  *panics.Counter
+	router  *extproc.Router
 }
 
 // Panic components of kvroute_panics_total recovered here.
@@ -141,7 +142,7 @@ func New(opts Options) (*Server, error) {
 		Logger:         log,
 		Metrics:        extproc.NewMetrics(reg),
 	})
-	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg)}
+	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router}
 	s.grpc, s.health = extproc.NewGRPCServer(ep, tlsConf)
 	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.ExtProc); err != nil {
 		return nil, fmt.Errorf("listen.extproc: %w", err)
@@ -270,5 +271,6 @@ func (s *Server) adminMux() *http.ServeMux {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /debug/replicas", s.ingest.DebugHandler())
+	mux.Handle("POST /debug/explain", explainHandler(s.router, s.cfg.Routing.BodyLimitBytes, s.log, s.reg))
 	return mux
 }

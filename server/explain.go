@@ -1,0 +1,77 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/extproc"
+)
+
+// maxExplainPath bounds the ?path= of /debug/explain (an API path, not data).
+const maxExplainPath = 256
+
+// Results of kvroute_admin_explain_requests_total.
+const (
+	explainOK         = "ok"
+	explainBadRequest = "bad_request"
+	explainTooLarge   = "body_too_large"
+)
+
+// explainHandler answers POST /debug/explain?path=/v1/... : the body is a
+// client request, decided by the router exactly as the data plane would be
+// but not routed (extproc.Router.Explain), and the answer is the
+// explanation as JSON. The body is bounded by routing.body_limit_bytes (413
+// over). Logs and metrics carry lengths and outcomes, never the body or path.
+func explainHandler(router *extproc.Router, limit int, log *slog.Logger, reg prometheus.Registerer) http.Handler {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvroute_admin_explain_requests_total",
+		Help: "POST /debug/explain requests on the admin listener, by result (ok, bad_request, body_too_large).",
+	}, []string{"result"})
+	reg.MustRegister(requests)
+	for _, r := range []string{explainOK, explainBadRequest, explainTooLarge} {
+		requests.WithLabelValues(r)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Query().Get("path")
+		if path == "" || len(path) > maxExplainPath || !strings.HasPrefix(path, "/") {
+			requests.WithLabelValues(explainBadRequest).Inc()
+			log.Info("explain refused: bad path", "path_bytes", len(path))
+			http.Error(w, "path: want ?path=/v1/completions or /v1/chat/completions (at most 256 bytes)", http.StatusBadRequest)
+			return
+		}
+		if r.ContentLength > int64(limit) {
+			requests.WithLabelValues(explainTooLarge).Inc()
+			log.Info("explain refused: body over routing.body_limit_bytes", "content_length", r.ContentLength, "limit", limit)
+			http.Error(w, "body over routing.body_limit_bytes", http.StatusRequestEntityTooLarge)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				requests.WithLabelValues(explainTooLarge).Inc()
+				log.Info("explain refused: body over routing.body_limit_bytes", "limit", limit)
+				http.Error(w, "body over routing.body_limit_bytes", http.StatusRequestEntityTooLarge)
+				return
+			}
+			requests.WithLabelValues(explainBadRequest).Inc()
+			log.Info("explain refused: body not read", "bytes", len(body))
+			http.Error(w, "body not read", http.StatusBadRequest)
+			return
+		}
+		x := router.Explain(path, body)
+		requests.WithLabelValues(explainOK).Inc()
+		log.Info("explain", "body_bytes", len(body), "pool", x.Pool, "outcome", x.Outcome, "reason", x.Reason,
+			"prompt_tokens", x.PromptTokens, "candidates", len(x.Candidates))
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(x)
+	})
+}
