@@ -35,6 +35,7 @@ var subcommands = []subcommand{
 	{"chat-template", "render a chat template with a JSON context on stdin: chat-template render --template-file F [--now RFC3339]", runChatTemplate},
 	{"tokenize", "print the token ids of text on stdin: tokenize --tokenizer DIR [--no-special-tokens] [--jsonl | --chat]", runTokenize},
 	{"events", "print a raw vLLM KV-event payload on stdin as JSON: events decode [--hex] [--pretty]", runEvents},
+	{"explain", "show the replica a running kvroute would pick for a request, and why: explain --admin ADDR --path P --body FILE [--json]", runExplain},
 }
 
 // errUsage marks an error already explained to the user by a flag set.

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kvroute/kvroute/extproc"
+)
+
+// Bounds of `kvroute explain`: the request body it sends (the server applies
+// routing.body_limit_bytes itself) and the answer it reads.
+const (
+	maxExplainBodyBytes   = 256 << 20
+	maxExplainAnswerBytes = 16 << 20
+)
+
+// runExplain implements `kvroute explain`: it POSTs a request body to a
+// running kvroute's admin /debug/explain and prints the decision kvroute
+// would make for it (without routing it) as a table, or the JSON answer.
+func runExplain(ctx context.Context, args []string, io stdio) error {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(io.err)
+	fs.Usage = func() {
+		fmt.Fprintln(io.err, "usage: kvroute explain --admin ADDR --path /v1/chat/completions --body FILE [--json]")
+		fmt.Fprintln(io.err, "  asks a running kvroute's admin listener which replica it would pick for the request in FILE (- for stdin) and why; nothing is routed")
+		fs.PrintDefaults()
+	}
+	admin := fs.String("admin", "", "the admin listener, host:port or http://host:port (listen.admin)")
+	path := fs.String("path", "/v1/chat/completions", "the request's API path")
+	bodyFile := fs.String("body", "", "file holding the request body (- for stdin)")
+	asJSON := fs.Bool("json", false, "print the JSON answer instead of a table")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *admin == "" || *bodyFile == "" || fs.NArg() != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	in := io.in
+	if *bodyFile != "-" {
+		f, err := os.Open(*bodyFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	body, err := readAllLimited(in, maxExplainBodyBytes)
+	if err != nil {
+		return fmt.Errorf("--body: %w", err)
+	}
+	base := *admin
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/debug/explain?path="+url.QueryEscape(*path), bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("--admin: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	answer, err := readAllLimited(resp.Body, maxExplainAnswerBytes)
+	if err != nil {
+		return fmt.Errorf("answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(answer[:min(len(answer), 512)])))
+	}
+	if *asJSON {
+		_, err := io.out.Write(answer)
+		return err
+	}
+	var x extproc.Explanation
+	if err := json.Unmarshal(answer, &x); err != nil {
+		return fmt.Errorf("answer is not an explanation: %w", err)
+	}
+	return printExplanation(io.out, &x)
+}
+
+// printExplanation writes x as a summary and one table row per endpoint.
+func printExplanation(w io.Writer, x *extproc.Explanation) error {
+	switch {
+	case x.BlockSize > 0:
+		fmt.Fprintf(w, "pool %s: prompt of %d tokens, %d full blocks of %d\n", x.Pool, x.PromptTokens, x.PromptBlocks, x.BlockSize)
+	case x.PromptTokens > 0:
+		fmt.Fprintf(w, "pool %s: prompt of %d tokens, not keyed (block size unknown)\n", x.Pool, x.PromptTokens)
+	default:
+		fmt.Fprintf(w, "pool %s: prompt not tokenized\n", x.Pool)
+	}
+	if x.Pick != "" {
+		fmt.Fprintf(w, "pick %s (%s): outcome %s, reason %s, %d tokens cached, cost %s s\n",
+			x.Pick, x.PickAddress, x.Outcome, x.Reason, x.MatchedTokens, figure(x.Cost))
+	} else {
+		fmt.Fprintf(w, "no pick: outcome %s, reason %s, status %d: %s\n", x.Outcome, x.Reason, x.Status, x.Error)
+	}
+	if len(x.Candidates) == 0 {
+		fmt.Fprintln(w, "no endpoint weighed (the decision ended before choosing a replica)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nENDPOINT\tADDRESS\tELIGIBLE\tMATCHED\tGPU\tCPU\tWEIGHTED\tIN_FLIGHT\tQUEUED_TOK\tQUEUE_S\tKV_USAGE\tUNCACHED\tCOST_S\tPICK")
+	for _, c := range x.Candidates {
+		el := "yes"
+		if !c.Eligible {
+			el = "no: " + c.Ineligible
+		}
+		pick := ""
+		if c.Picked {
+			pick = "<-"
+		}
+		if !c.Weighed {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", c.Name, c.Address, el, pick)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Address, el,
+			c.MatchedBlocks, c.GPUBlocks, c.CPUBlocks, figure(c.WeightedBlocks), c.InFlight, figure(c.QueuedTokens),
+			figure(c.QueueSeconds), figure(c.KVUsage), figure(c.UncachedTokens), figure(c.Cost), pick)
+	}
+	return tw.Flush()
+}
+
+// figure formats a number of an explanation compactly (inf when infinite).
+func figure(f extproc.Figure) string {
+	v := float64(f)
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return "inf"
+	}
+	return fmt.Sprintf("%.4g", v)
+}
