@@ -42,11 +42,13 @@ type Explanation struct {
 
 // ExplainCandidate is one endpoint as the decision saw it.
 type ExplainCandidate struct {
-	Name     string `json:"name"`
-	Address  string `json:"address"`
-	DPRank   int    `json:"dp_rank"`
-	Healthy  bool   `json:"healthy"`
-	Eligible bool   `json:"eligible"`
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	DPRank  int    `json:"dp_rank"`
+	// Healthy is false for an unhealthy or unknown replica (one outside the
+	// subset hint is not looked up; Explain passes no hint).
+	Healthy  bool `json:"healthy"`
+	Eligible bool `json:"eligible"`
 	// Ineligible says why an endpoint was not weighed (Ineligible*).
 	Ineligible string `json:"ineligible,omitempty"`
 	// Weighed: the cost below was computed (an eligible endpoint).
@@ -124,15 +126,15 @@ func (rec *recorder) add(ep *Endpoint) int {
 	return len(rec.cands) - 1
 }
 
-func (rec *recorder) ineligible(slot int, healthy bool, why string) {
+// ineligible marks slot's endpoint as not weighed, and why; an endpoint
+// outside the subset hint was not looked up, so its health is unknown.
+func (rec *recorder) ineligible(slot int, why string) {
 	if rec == nil {
 		return
 	}
 	c := &rec.cands[slot]
 	c.Eligible, c.Ineligible = false, why
-	if why != IneligibleSubset {
-		c.Healthy = healthy
-	}
+	c.Healthy = why == IneligibleSubset
 }
 
 // weigh records candidate c's held prefix, uncached tokens and cost.

@@ -414,16 +414,16 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 			ep := &pp.Endpoints[i]
 			slot := rec.add(ep)
 			if subset != nil && !subset[ep.Address] {
-				rec.ineligible(slot, false, IneligibleSubset)
+				rec.ineligible(slot, IneligibleSubset)
 				continue
 			}
 			st, ok := r.ix.ReplicaAt(ep.Replica, r.opts.PrefillTokensPerSecond)
 			if !ok {
-				rec.ineligible(slot, false, IneligibleUnknown)
+				rec.ineligible(slot, IneligibleUnknown)
 				continue
 			}
 			if !st.Healthy {
-				rec.ineligible(slot, false, IneligibleUnhealthy)
+				rec.ineligible(slot, IneligibleUnhealthy)
 				continue
 			}
 			rate := st.PrefillRate
