@@ -2,9 +2,11 @@ package extproc
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
@@ -107,4 +109,47 @@ func replicaStates(h *harness) []index.ReplicaState {
 		out = append(out, st)
 	}
 	return out
+}
+
+// FuzzExplain: any body on any path is explained without a panic, the
+// answer always encodes as JSON, and it never routes (nothing in flight).
+func FuzzExplain(f *testing.F) {
+	f.Add("/v1/completions", []byte(`{"model":"qwen3","prompt":"`+sharedPrefix+`"}`))
+	f.Add("/v1/chat/completions", []byte(`{"model":"qwen3","messages":[{"role":"user","content":"hi"}]}`))
+	f.Add("/v1/completions", []byte(`{"model":"sql-lora","prompt":[1,2,3,4,5,6,7,8,9]}`))
+	f.Add("/x", []byte(`[`))
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 16, CPUTierWeight: 0.5, SpeculativeTTL: time.Second})
+	pid, err := ix.AddPool("qwen")
+	if err != nil {
+		f.Fatal(err)
+	}
+	var eps []Endpoint
+	for i := range 3 {
+		rp, err := ix.AddReplica(pid, fmt.Sprintf("vllm-%d", i))
+		if err != nil {
+			f.Fatal(err)
+		}
+		eps = append(eps, Endpoint{Replica: rp, Name: fmt.Sprintf("vllm-%d", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
+	}
+	ix.SetHealthy(eps[2].Replica, false)
+	r, err := NewRouter(ix, []PoolConfig{{
+		Name: "qwen", ID: pid, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
+		Tokenizer: wordTokenizer{}, Chat: lineChat{}, Keys: testKeys(f, "qwen", testBlockSize), Endpoints: eps,
+	}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, PlacementSlack: 0.5, FailOpen: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	d := r.DecideIDs("qwen3", wordTokenizer{}.Encode(sharedPrefix, true))
+	ix.Store(eps[0].Replica, d.Keys, index.TierGPU)
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		x := r.Explain(path, body)
+		if _, err := json.Marshal(x); err != nil {
+			t.Fatalf("explanation does not encode: %v", err)
+		}
+		for _, ep := range eps {
+			if st, _ := ix.Replica(ep.Replica); st.InFlight != 0 || st.PendingTokens != 0 {
+				t.Fatalf("Explain routed to %s: %+v", ep.Name, st)
+			}
+		}
+	})
 }
