@@ -23,12 +23,11 @@ const (
 	explainTooLarge   = "body_too_large"
 )
 
-// explainHandler answers POST /debug/explain?path=/v1/... : the body is a
-// client request, decided by the router exactly as the data plane would be
-// but not routed (extproc.Router.Explain), and the answer is the
-// explanation as JSON. The body is bounded by routing.body_limit_bytes (413
-// over). Logs and metrics carry lengths and outcomes, never the body or path.
-func explainHandler(router *extproc.Router, limit int, log *slog.Logger, reg prometheus.Registerer) http.Handler {
+// NewAdminMetrics registers the admin listener's own metrics in reg
+// (kvroute_admin_explain_requests_total{result}, every result at 0) and
+// returns the counter; the Grafana dashboard test walks it with the other
+// packages' metrics.
+func NewAdminMetrics(reg prometheus.Registerer) *prometheus.CounterVec {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvroute_admin_explain_requests_total",
 		Help: "POST /debug/explain requests on the admin listener, by result (ok, bad_request, body_too_large).",
@@ -37,6 +36,16 @@ func explainHandler(router *extproc.Router, limit int, log *slog.Logger, reg pro
 	for _, r := range []string{explainOK, explainBadRequest, explainTooLarge} {
 		requests.WithLabelValues(r)
 	}
+	return requests
+}
+
+// explainHandler answers POST /debug/explain?path=/v1/... : the body is a
+// client request, decided by the router exactly as the data plane would be
+// but not routed (extproc.Router.Explain), and the answer is the
+// explanation as JSON. The body is bounded by routing.body_limit_bytes (413
+// over). Logs and metrics carry lengths and outcomes, never the body or path.
+func explainHandler(router *extproc.Router, limit int, log *slog.Logger, reg prometheus.Registerer) http.Handler {
+	requests := NewAdminMetrics(reg)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Query().Get("path")
 		if path == "" || len(path) > maxExplainPath || !strings.HasPrefix(path, "/") {

@@ -13,6 +13,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/server"
 )
 
 // recorder is a Registerer that keeps every collector's descriptors, so even
@@ -46,6 +47,7 @@ var (
 func kvrouteMetrics() (map[string][]string, error) {
 	rec := &recorder{}
 	extproc.NewMetrics(rec)
+	server.NewAdminMetrics(rec)
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, Registerer: rec})
 	cfg, err := config.Parse([]byte(`
 pools:

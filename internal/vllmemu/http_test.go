@@ -383,7 +383,13 @@ func TestMetricsUseVLLMNames(t *testing.T) {
 			t.Fatalf("%d %s", code, b)
 		}
 	}
+	// A response is written before the engine retires its request: wait
+	// (bounded) until the gauges show it gone.
 	m := scrape(t, url)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(m, `vllm:num_requests_running{engine="0",model_name="test-model"} 0`) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		m = scrape(t, url)
+	}
 	for _, want := range []string{
 		`vllm:num_requests_running{engine="0",model_name="test-model"} 0`,
 		`vllm:num_requests_waiting{engine="0",model_name="test-model"} 0`,
