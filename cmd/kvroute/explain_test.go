@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,14 +17,7 @@ import (
 // is listed, the pick is one of them, nothing is left in flight, and the
 // prompt text appears nowhere.
 func TestExplainAgainstServe(t *testing.T) {
-	metrics := func() string {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			fmt.Fprint(w, "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 0\n")
-		}))
-		t.Cleanup(srv.Close)
-		return srv.Listener.Addr().String()
-	}
-	addrA, addrB := metrics(), metrics()
+	addrA, addrB := idleEngineMetrics(t), idleEngineMetrics(t)
 	_, admin, logs := startServe(t, fmt.Sprintf(`
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 log: {level: debug}

@@ -77,16 +77,19 @@ func startServe(t *testing.T, cfg string) (extProc, admin string, logs *lockedBu
 	return extProc, admin, logs
 }
 
+// idleEngineMetrics serves an idle engine's /metrics (vLLM v1 names) on
+// loopback and returns its address: load data makes a pool ready.
+func idleEngineMetrics(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 0\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
 func TestServeRoutesOverExtProc(t *testing.T) {
-	// Two engines' /metrics (vLLM v1 names): load data makes the pool ready.
-	metrics := func() string {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			fmt.Fprint(w, "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 0\n")
-		}))
-		t.Cleanup(srv.Close)
-		return srv.Listener.Addr().String()
-	}
-	addrA, addrB := metrics(), metrics()
+	// Two engines' /metrics: load data makes the pool ready.
+	addrA, addrB := idleEngineMetrics(t), idleEngineMetrics(t)
 	extProc, admin, _ := startServe(t, fmt.Sprintf(`
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 log: {level: debug}
