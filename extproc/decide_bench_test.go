@@ -168,10 +168,16 @@ func benchDecide(b *testing.B, tokens int) {
 		matched = d.MatchedTokens
 	}
 	b.StopTimer()
+	reportLatency(b, lat)
+	b.ReportMetric(float64(matched), "matched-tokens")
+}
+
+// reportLatency reports the p50 and p99 of a benchmark's per-decision
+// latencies (sorting lat).
+func reportLatency(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-	b.ReportMetric(float64(matched), "matched-tokens")
 }
 
 // BenchmarkDecide_Chat2k: target p50 ≤ 100 µs (issue 7).
@@ -237,9 +243,7 @@ func benchDecideCold(b *testing.B, tokens int) {
 	if prompt < tokens*8/10 || prompt > tokens*12/10 {
 		b.Fatalf("cold workload has %d tokens, want about %d", prompt, tokens)
 	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	reportLatency(b, lat)
 	b.ReportMetric(float64(prompt), "prompt-tokens")
 }
 
