@@ -172,6 +172,72 @@ type Pool struct {
 	// Hash mirrors vLLM's --prefix-caching-hash-algo and PYTHONHASHSEED.
 	Hash     Hash      `yaml:"hash"`
 	Replicas []Replica `yaml:"replicas"`
+	// Discovery says where the pool's replicas come from: the Replicas list
+	// (kind static, the default) or a source that follows the fleet
+	// (kubernetes, dns). docs/CONFIG.md, pools[].discovery.
+	Discovery Discovery `yaml:"discovery"`
+}
+
+// Discovery kinds for pools[].discovery.kind.
+const (
+	DiscoveryStatic     = "static"
+	DiscoveryKubernetes = "kubernetes"
+	DiscoveryDNS        = "dns"
+)
+
+// Discovery chooses and configures a pool's replica source. A discovered
+// replica is built from the engine's IP and the Ports template (which a
+// Kubernetes pod's annotations may override), exactly as a static replica
+// with those endpoints would be.
+type Discovery struct {
+	// Kind is "static" (pools[].replicas), "kubernetes" or "dns".
+	Kind       string              `yaml:"kind"`
+	Kubernetes KubernetesDiscovery `yaml:"kubernetes"`
+	DNS        DNSDiscovery        `yaml:"dns"`
+	// Ports are the discovered engines' ports.
+	Ports DiscoveryPorts `yaml:"ports"`
+	// Topic is every discovered engine's KV-event topic (vLLM's default "").
+	Topic string `yaml:"topic"`
+	// DataParallelSize is the DP ranks behind each discovered server.
+	DataParallelSize int `yaml:"data_parallel_size"`
+}
+
+// DiscoveryPorts is the port template of discovered replicas.
+type DiscoveryPorts struct {
+	// HTTP is the vLLM API server port Envoy dials. Required, except for an
+	// InferencePool, whose first spec.targetPorts entry is used when 0.
+	HTTP int `yaml:"http"`
+	// Events is the KV-event PUB port (tcp://IP:events); 0: no events, the
+	// pool routes those replicas by load.
+	Events int `yaml:"events"`
+	// Replay is the replay ROUTER port; 0: no replay.
+	Replay int `yaml:"replay"`
+	// Metrics is the port of http://IP:port/metrics; 0: the HTTP port.
+	Metrics int `yaml:"metrics"`
+}
+
+// KubernetesDiscovery selects Ready pods in one namespace, by label selector
+// or as the pods of a Gateway API Inference Extension InferencePool
+// (inference.networking.k8s.io/v1). Exactly one of LabelSelector and
+// InferencePool is set.
+type KubernetesDiscovery struct {
+	// Namespace of the pods (and the InferencePool); "" is the namespace
+	// kvroute runs in (in cluster), else "default".
+	Namespace     string `yaml:"namespace"`
+	LabelSelector string `yaml:"label_selector"`
+	InferencePool string `yaml:"inference_pool"`
+	// Kubeconfig is a kubeconfig file; "" uses the in-cluster service account.
+	Kubeconfig string `yaml:"kubeconfig"`
+}
+
+// DNSDiscovery follows the A/AAAA records of a name (a headless Service, a
+// compose service), re-resolved every Interval.
+type DNSDiscovery struct {
+	Name     string   `yaml:"name"`
+	Interval Duration `yaml:"interval"`
+	// Server is the DNS server's host:port; "" uses the system resolver
+	// (/etc/resolv.conf).
+	Server string `yaml:"server"`
 }
 
 // Hash is the engine's block-hash configuration.

@@ -37,6 +37,8 @@ const (
 	// interval plus the 300 ms an unanswered probe is given (issue 15: 0.5 s).
 	DefaultHealthInterval   = 100 * time.Millisecond
 	DefaultHashAlgorithm    = "sha256"
+	DefaultDiscoveryKind    = DiscoveryStatic
+	DefaultDNSInterval      = 10 * time.Second
 	DefaultDataParallelSize = 1
 	// DefaultMaxMessageBytes: vLLM publishes one batch per scheduler step. A
 	// 1M-token prefill at block size 16 stores ≈ 5.9 MB (5-byte token ids,
@@ -86,7 +88,14 @@ func Default() Config {
 
 // defaultPool is what each element of pools is decoded over.
 func defaultPool() Pool {
-	return Pool{Keys: KeysTokens, Hash: Hash{Algorithm: DefaultHashAlgorithm}}
+	return Pool{
+		Keys: KeysTokens, Hash: Hash{Algorithm: DefaultHashAlgorithm},
+		Discovery: Discovery{
+			Kind:             DefaultDiscoveryKind,
+			DNS:              DNSDiscovery{Interval: Duration(DefaultDNSInterval)},
+			DataParallelSize: DefaultDataParallelSize,
+		},
+	}
 }
 
 // defaultReplica is what each element of a pool's replicas is decoded over.
