@@ -152,6 +152,40 @@ func TestPlacementIsStickyWithinTheLoadBound(t *testing.T) {
 	}
 }
 
+// TestPlacementSkipsAReplicaHoldingMoreThanItsShare: sticky placement is
+// bounded by cache occupancy too. A prompt's rendezvous home that holds
+// more than its share of the fleet's blocks would evict to take it while
+// another replica has room (issue 14: at light load, documents hashed onto
+// one replica evicted each other); once the home is back within its share,
+// the prompt goes home again.
+func TestPlacementSkipsAReplicaHoldingMoreThanItsShare(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	doc := "a document nobody holds " + strings.Repeat(sharedPrefix+" ", 4)
+	first := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]
+	var home Endpoint
+	for _, ep := range h.eps {
+		if ep.Address == first {
+			home = ep
+		}
+	}
+	h.ix.Clear(home.Replica)
+	// Other documents fill the home: far more than the mean of the fleet.
+	other := make([]index.BlockKey, 400)
+	for i := range other {
+		other[i] = index.BlockKey(0xD0C0000 + i)
+	}
+	h.ix.Store(home.Replica, other, index.TierGPU)
+	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got == first {
+		t.Fatalf("placed on its rendezvous home holding %d blocks while the others hold none", len(other))
+	}
+	for _, ep := range h.eps {
+		h.ix.Clear(ep.Replica)
+	}
+	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got != first {
+		t.Fatalf("placed on %s once every cache is empty, want its rendezvous home %s", got, first)
+	}
+}
+
 // TestDecideIDsIsDecide: the fleet simulator's entry point takes the same
 // path as a parsed /v1/completions body of token ids.
 func TestDecideIDsIsDecide(t *testing.T) {

@@ -512,9 +512,17 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 	}
 	if len(keys) > 0 {
 		bound := cs[best] + r.opts.PlacementSlack*float64(promptTokens)/cands[best].rate
+		// Bounded load on cache occupancy too: a replica holding more than
+		// its share of blocks would evict to take the prompt while another
+		// has room (the least occupied candidate always qualifies).
+		var held float64
+		for i := range cands {
+			held += float64(cands[i].state.Blocks)
+		}
+		roomBound := (1 + placementOccupancySlack) * held / float64(len(cands))
 		top := uint64(0)
 		for i := range cands {
-			if cs[i] > bound {
+			if cs[i] > bound || float64(cands[i].state.Blocks) > roomBound {
 				continue
 			}
 			if s := rendezvous(keys[0], cands[i].ep); s >= top {
@@ -525,6 +533,11 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 	d.Endpoint, d.Cost = cands[best].ep, cs[best]
 	return d
 }
+
+// placementOccupancySlack bounds sticky placement by cache occupancy: a
+// replica holding more than (1 + it) × the candidates' mean blocks is not
+// a placement target.
+const placementOccupancySlack = 0.25
 
 // rendezvous is endpoint e's highest-random-weight score for key k.
 func rendezvous(k index.BlockKey, e *Endpoint) uint64 {
