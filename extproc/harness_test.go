@@ -101,6 +101,9 @@ type harnessOptions struct {
 	bytesInFlight int64
 	tokenizer     Tokenizer
 	llamaPool     bool
+	// strictPlacement sets routing.placement_slack 0 (the default; the
+	// harness otherwise uses 0.5).
+	strictPlacement bool
 }
 
 func newHarness(t *testing.T, o harnessOptions) *harness {
@@ -154,7 +157,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		}
 		pools = append(pools, lp)
 	}
-	router, err := NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
+	slack := 0.5
+	if o.strictPlacement {
+		slack = 0
+	}
+	router, err := NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}

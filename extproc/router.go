@@ -512,17 +512,24 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 	}
 	if len(keys) > 0 {
 		bound := cs[best] + r.opts.PlacementSlack*float64(promptTokens)/cands[best].rate
-		// Bounded load on cache occupancy too: a replica holding more than
-		// its share of blocks would evict to take the prompt while another
-		// has room (the least occupied candidate always qualifies).
-		var held float64
+		// A replica with no prefill queued is as good as the cheapest when
+		// its cost is within placementIdleTolerance: the learned prefill
+		// rates of identical engines differ by a few percent, and the
+		// fastest-looking one must not take every document of an idle fleet.
+		idleBound := cs[best] * (1 + placementIdleTolerance)
+		// Bounded by cache occupancy too: a replica holding more than half
+		// this prompt's blocks beyond the least occupied candidate would
+		// evict to take it while another has room. Full caches (steady
+		// eviction) are all within the bound: placement stays sticky.
+		least := cands[0].state.Blocks
 		for i := range cands {
-			held += float64(cands[i].state.Blocks)
+			least = min(least, cands[i].state.Blocks)
 		}
-		roomBound := (1 + placementOccupancySlack) * held / float64(len(cands))
+		roomBound := float64(least) + placementOccupancySlack*float64(len(keys))
 		top := uint64(0)
 		for i := range cands {
-			if cs[i] > bound || float64(cands[i].state.Blocks) > roomBound {
+			idle := cands[i].state.PendingTokens < 1 && cands[i].state.Load.Waiting == 0
+			if (cs[i] > bound && !(idle && cs[i] <= idleBound)) || float64(cands[i].state.Blocks) > roomBound {
 				continue
 			}
 			if s := rendezvous(keys[0], cands[i].ep); s >= top {
@@ -535,9 +542,13 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 }
 
 // placementOccupancySlack bounds sticky placement by cache occupancy: a
-// replica holding more than (1 + it) × the candidates' mean blocks is not
-// a placement target.
-const placementOccupancySlack = 0.25
+// replica holding more than this fraction of the prompt's blocks beyond the
+// least occupied candidate is not a placement target.
+const placementOccupancySlack = 0.5
+
+// placementIdleTolerance: an idle replica (no prefill queued) within this
+// fraction of the cheapest placement cost counts as tied with it.
+const placementIdleTolerance = 0.2
 
 // rendezvous is endpoint e's highest-random-weight score for key k.
 func rendezvous(k index.BlockKey, e *Endpoint) uint64 {
