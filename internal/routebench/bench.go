@@ -68,6 +68,9 @@ type BenchOptions struct {
 	// with its own memory, and kvroute that many servers, each with its own
 	// ingest; request i goes to gateway i mod Gateways.
 	Gateways int
+	// Routing is extra kvroute routing config for the kvroute policies, as
+	// a YAML flow mapping ("{placement_slack: 1}"); "" = the defaults.
+	Routing string
 	// Churn restarts replica 0 (cache gone, same addresses) at
 	// RestartAt × the phase's arrival window and starts one more replica,
 	// configured in kvroute from the start but down until then, at JoinAt.
@@ -139,6 +142,9 @@ func (o BenchOptions) Setup() string {
 	var parts []string
 	if o.Gateways > 1 {
 		parts = append(parts, fmt.Sprintf("%d gateways", o.Gateways))
+	}
+	if o.Routing != "" {
+		parts = append(parts, "kvroute routing "+o.Routing)
 	}
 	if o.Churn {
 		parts = append(parts, fmt.Sprintf("churn (restart at %.0f %%, join at %.0f %%)", 100*o.RestartAt, 100*o.JoinAt))
@@ -213,7 +219,7 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 		for range o.Gateways {
 			kv, err := StartKVRoute(ctx, KVRouteConfig{Model: o.Model, TokenizerDir: tokDir, BlockSize: o.BlockSize,
 				Keys: v.keys, HashAlgo: "sha256", Seed: o.Seed, ExtProc: "127.0.0.1:0", Replicas: fleet.Replicas,
-				LoRAAdapters: loras, DebugHeaders: true}, 30*time.Second, log)
+				LoRAAdapters: loras, DebugHeaders: true, Routing: o.Routing}, 30*time.Second, log)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", v.policy, err)
 			}

@@ -112,4 +112,13 @@ func TestKVRouteConfigParses(t *testing.T) {
 			t.Fatalf("config lacks %q:\n%s", want, y)
 		}
 	}
+	// --routing merges with the debug headers the benchmark always asks for.
+	c.DebugHeaders, c.Routing = true, "{placement_slack: 0.5, decode_interference: 5ms}"
+	cfg, err := config.Parse([]byte(c.YAML()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, c.YAML())
+	}
+	if !cfg.Routing.DebugHeaders || cfg.Routing.PlacementSlack != 0.5 || cfg.Routing.DecodeInterference.Std() != 5*time.Millisecond {
+		t.Fatalf("routing not applied: %+v\n%s", cfg.Routing, c.YAML())
+	}
 }

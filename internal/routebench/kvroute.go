@@ -42,6 +42,9 @@ type KVRouteConfig struct {
 	// DebugHeaders turns on routing.debug_headers (x-kvroute-* on routed
 	// requests; the churn accounting reads them at the engines).
 	DebugHeaders bool
+	// Routing is extra routing config as a YAML flow mapping, e.g.
+	// "{placement_slack: 1}" (kvroute-bench run --routing); "" = defaults.
+	Routing string
 }
 
 // YAML renders the config file kvroute serve reads (see docs/CONFIG.md).
@@ -51,8 +54,15 @@ func (c KVRouteConfig) YAML() string {
 	fmt.Fprintf(&b, "listen: {extproc: %q, admin: %q}\n", c.ExtProc, c.Admin)
 	b.WriteString("log: {level: warn, format: text}\n")
 	b.WriteString("ingest: {scrape_interval: 200ms}\n")
+	var routing []string
 	if c.DebugHeaders {
-		b.WriteString("routing: {debug_headers: true}\n")
+		routing = append(routing, "debug_headers: true")
+	}
+	if extra := strings.TrimSpace(c.Routing); extra != "" {
+		routing = append(routing, strings.TrimSuffix(strings.TrimPrefix(extra, "{"), "}"))
+	}
+	if len(routing) > 0 {
+		fmt.Fprintf(&b, "routing: {%s}\n", strings.Join(routing, ", "))
 	}
 	b.WriteString("pools:\n")
 	fmt.Fprintf(&b, "  - name: %s\n    models: [%q]\n    tokenizer: %q\n    block_size: %d\n    keys: %s\n",
