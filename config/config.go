@@ -11,6 +11,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -214,6 +215,40 @@ type DiscoveryPorts struct {
 	Replay int `yaml:"replay"`
 	// Metrics is the port of http://IP:port/metrics; 0: the HTTP port.
 	Metrics int `yaml:"metrics"`
+}
+
+// Replica is the replica a discovered engine at ip becomes: the port
+// template with override's non-zero ports (a pod's annotations) and dpSize
+// when positive. name is the source's (a pod's name, the IP for DNS).
+func (d *Discovery) Replica(name string, ip netip.Addr, override DiscoveryPorts, dpSize int) Replica {
+	ports := d.Ports
+	for _, o := range []struct {
+		dst *int
+		v   int
+	}{
+		{&ports.HTTP, override.HTTP}, {&ports.Events, override.Events},
+		{&ports.Replay, override.Replay}, {&ports.Metrics, override.Metrics},
+	} {
+		if o.v > 0 {
+			*o.dst = o.v
+		}
+	}
+	at := func(port int) string { return netip.AddrPortFrom(ip.Unmap(), uint16(port)).String() }
+	r := Replica{Name: name, Address: at(ports.HTTP), Topic: d.Topic, DataParallelSize: d.DataParallelSize}
+	if dpSize > 0 {
+		r.DataParallelSize = dpSize
+	}
+	if ports.Events > 0 {
+		r.Events = "tcp://" + at(ports.Events)
+	}
+	if ports.Replay > 0 {
+		r.Replay = "tcp://" + at(ports.Replay)
+	}
+	if ports.Metrics > 0 {
+		r.Metrics = "http://" + at(ports.Metrics) + "/metrics"
+	}
+	r.Derive()
+	return r
 }
 
 // KubernetesDiscovery selects Ready pods in one namespace, by label selector

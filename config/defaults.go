@@ -113,15 +113,20 @@ func listDefaults(elem any) {
 	}
 }
 
-// derive fills the one default that depends on another key: a replica's
-// metrics URL comes from its address.
+// derive fills the defaults that depend on other keys (Replica.Derive).
 func (c *Config) derive() {
 	for i := range c.Pools {
 		for j := range c.Pools[i].Replicas {
-			r := &c.Pools[i].Replicas[j]
-			if r.Metrics == "" && r.Address != "" {
-				r.Metrics = "http://" + r.Address + "/metrics"
-			}
+			c.Pools[i].Replicas[j].Derive()
 		}
+	}
+}
+
+// Derive fills the one default of a replica that depends on another key: its
+// metrics URL comes from its address. Config loading and every discovered
+// replica go through it.
+func (r *Replica) Derive() {
+	if r.Metrics == "" && r.Address != "" {
+		r.Metrics = "http://" + r.Address + "/metrics"
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -155,15 +156,37 @@ func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, mod
 	if p.Keys == KeysEngine && p.Hash.Seed == nil {
 		v.fail(at("hash.seed"), "is required for keys: engine (vLLM's PYTHONHASHSEED; without it the engine's hashes are random per process)")
 	}
-	if len(p.Replicas) == 0 {
-		v.fail(at("replicas"), "at least one replica is needed")
+	c.validateDiscovery(v, p, at)
+	if p.Discovery.Kind == DiscoveryStatic && len(p.Replicas) == 0 {
+		v.fail(at("replicas"), "at least one replica is needed (or a discovery source: discovery.kind kubernetes or dns)")
 	}
+	v.replicas(p.Replicas, c.Ingest.Bind != "", func(j int, key string) string {
+		return at(fmt.Sprintf("replicas[%d].%s", j, key))
+	}, at("replicas"), p.Name, topics)
+}
+
+// ValidateReplicas checks a replica set for pool p (its static list or one a
+// discovery source produced) by the rules Validate applies to
+// pools[].replicas: names, addresses, endpoints, DP sizes and the rank limit.
+// bind is ingest.bind != "". Replicas must be derived (Replica.Derive).
+func ValidateReplicas(p *Pool, reps []Replica, bind bool) error {
+	var v validator
+	at := func(j int, key string) string {
+		return fmt.Sprintf("pool %s: replica %d (%s).%s", p.Name, j, reps[j].Name, key)
+	}
+	v.replicas(reps, bind, at, fmt.Sprintf("pool %s: replicas", p.Name), p.Name, map[string]string{})
+	return errors.Join(v.errs...)
+}
+
+// replicas checks one pool's replicas; at names replica j's key, all the
+// list. topics collects bind-mode topics across pools.
+func (v *validator) replicas(reps []Replica, bind bool, at func(j int, key string) string, all, pool string, topics map[string]string) {
 	replicaNames := map[string]int{}
 	addresses := map[string]int{}
 	ranks := 0
-	for j := range p.Replicas {
-		r := &p.Replicas[j]
-		rat := func(key string) string { return at(fmt.Sprintf("replicas[%d].%s", j, key)) }
+	for j := range reps {
+		r := &reps[j]
+		rat := func(key string) string { return at(j, key) }
 		switch {
 		case r.Name == "":
 			v.fail(rat("name"), "is required")
@@ -185,17 +208,17 @@ func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, mod
 		}
 		if r.Events != "" {
 			v.zmq(rat("events"), r.Events, false)
-		} else if c.Ingest.Bind == "" && r.Replay != "" {
+		} else if !bind && r.Replay != "" {
 			v.fail(rat("replay"), "needs events")
 		}
 		if r.Replay != "" {
 			v.zmq(rat("replay"), r.Replay, false)
 		}
-		if c.Ingest.Bind != "" {
+		if bind {
 			if owner, dup := topics[r.Topic]; dup {
 				v.fail(rat("topic"), "%q is already the topic of %s: with ingest.bind the topic identifies the engine", r.Topic, owner)
 			} else {
-				topics[r.Topic] = p.Name + "/" + r.Name
+				topics[r.Topic] = pool + "/" + r.Name
 			}
 		}
 		if r.Metrics != "" {
@@ -209,8 +232,139 @@ func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, mod
 		ranks += max(r.DataParallelSize, 1)
 	}
 	if ranks > MaxReplicaRanks {
-		v.fail(at("replicas"), "%d replica ranks (replicas × data_parallel_size) exceed the limit of %d per pool; split the pool", ranks, MaxReplicaRanks)
+		v.fail(all, "%d replica ranks (replicas × data_parallel_size) exceed the limit of %d per pool; split the pool", ranks, MaxReplicaRanks)
 	}
+}
+
+// validateDiscovery checks pools[].discovery: the kind, the source's keys and
+// the port template. A discovered pool lists no replicas itself.
+func (c *Config) validateDiscovery(v *validator, p *Pool, at func(string) string) {
+	d := &p.Discovery
+	dat := func(key string) string { return at("discovery." + key) }
+	v.oneOf(dat("kind"), d.Kind, DiscoveryStatic, DiscoveryKubernetes, DiscoveryDNS)
+	if d.Kind == DiscoveryStatic {
+		if d.Kubernetes != (KubernetesDiscovery{}) || d.DNS.Name != "" || d.DNS.Server != "" || d.Ports != (DiscoveryPorts{}) || d.Topic != "" || d.DataParallelSize > 1 {
+			v.fail(at("discovery"), "kind static takes no other discovery keys (set kind: kubernetes or dns)")
+		}
+		return
+	}
+	if d.Kind != DiscoveryKubernetes && d.Kind != DiscoveryDNS {
+		return
+	}
+	if len(p.Replicas) > 0 {
+		v.fail(at("replicas"), "a pool with discovery.kind %s lists no replicas: the source finds them", d.Kind)
+	}
+	if c.Ingest.Bind != "" {
+		v.fail(dat("kind"), "discovery needs each engine's events port (connect mode); ingest.bind, where engines connect to kvroute and are told apart by topic, is not supported with discovery")
+	}
+	ports := []struct {
+		key string
+		v   int
+	}{{"http", d.Ports.HTTP}, {"events", d.Ports.Events}, {"replay", d.Ports.Replay}, {"metrics", d.Ports.Metrics}}
+	for _, pt := range ports {
+		if pt.v < 0 || pt.v > 65535 {
+			v.fail(dat("ports."+pt.key), "%d is not within 0..65535", pt.v)
+		}
+	}
+	if d.Ports.Replay != 0 && d.Ports.Events == 0 {
+		v.fail(dat("ports.replay"), "needs ports.events")
+	}
+	if d.DataParallelSize < 1 || d.DataParallelSize > MaxReplicaRanks {
+		v.fail(dat("data_parallel_size"), "%d is not within 1..%d", d.DataParallelSize, MaxReplicaRanks)
+	}
+	if len(d.Topic) > maxTopicBytes {
+		v.fail(dat("topic"), "is longer than %d bytes", maxTopicBytes)
+	}
+	switch d.Kind {
+	case DiscoveryDNS:
+		if d.Kubernetes != (KubernetesDiscovery{}) {
+			v.fail(dat("kubernetes"), "is for kind kubernetes, not dns")
+		}
+		if d.Ports.HTTP == 0 {
+			v.fail(dat("ports.http"), "is required for kind dns (the vLLM API server's port)")
+		}
+		if !isHostname(d.DNS.Name) {
+			v.fail(dat("dns.name"), "%q is not a DNS name", d.DNS.Name)
+		}
+		if d.DNS.Interval < Duration(minDNSInterval) {
+			v.fail(dat("dns.interval"), "%s is below %s", d.DNS.Interval, Duration(minDNSInterval))
+		}
+		if d.DNS.Server != "" {
+			if _, port, err := net.SplitHostPort(d.DNS.Server); err != nil || port == "" {
+				v.fail(dat("dns.server"), "%q is not host:port", d.DNS.Server)
+			}
+		}
+	case DiscoveryKubernetes:
+		if d.DNS.Name != "" || d.DNS.Server != "" {
+			v.fail(dat("dns"), "is for kind dns, not kubernetes")
+		}
+		k := &d.Kubernetes
+		switch {
+		case (k.LabelSelector == "") == (k.InferencePool == ""):
+			v.fail(dat("kubernetes"), "exactly one of label_selector and inference_pool is needed")
+		case k.InferencePool != "" && !isDNSLabelish(k.InferencePool):
+			v.fail(dat("kubernetes.inference_pool"), "%q is not a Kubernetes object name", k.InferencePool)
+		case len(k.LabelSelector) > maxSelectorBytes:
+			v.fail(dat("kubernetes.label_selector"), "is longer than %d bytes", maxSelectorBytes)
+		}
+		if k.Namespace != "" && !isDNSLabelish(k.Namespace) {
+			v.fail(dat("kubernetes.namespace"), "%q is not a Kubernetes namespace name", k.Namespace)
+		}
+		if k.LabelSelector != "" && d.Ports.HTTP == 0 {
+			v.fail(dat("ports.http"), "is required with label_selector (an InferencePool names its target port)")
+		}
+		if len(k.Kubeconfig) > maxPathBytes {
+			v.fail(dat("kubernetes.kubeconfig"), "is longer than %d bytes", maxPathBytes)
+		}
+	}
+}
+
+// Bounds of discovery keys.
+const (
+	// minDNSInterval: re-resolving faster only loads the resolver.
+	minDNSInterval = 100 * time.Millisecond
+	// maxSelectorBytes bounds a label selector (Kubernetes allows 63-byte
+	// keys and values; a selector of dozens of terms is already unusual).
+	maxSelectorBytes = 4096
+	// maxTopicBytes matches ingest's bound on a topic it will match.
+	maxTopicBytes = 1024
+)
+
+// isHostname: a DNS name of letters, digits, hyphens and underscores in dot-
+// separated labels of 1..63 bytes, at most 253 bytes in all (a trailing dot
+// allowed).
+func isHostname(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isDNSLabelish: a Kubernetes object name (RFC 1123 subdomain: lower-case
+// letters, digits, '-' and '.', at most 253 bytes).
+func isDNSLabelish(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return s[0] != '-' && s[0] != '.' && s[len(s)-1] != '-' && s[len(s)-1] != '.'
 }
 
 // maxPathBytes bounds a file path in the config (Linux's PATH_MAX).

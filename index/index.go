@@ -34,10 +34,14 @@ type ReplicaID uint8
 // MaxReplicas is the most replicas (ranks) one pool holds: holder sets are 64-bit.
 const MaxReplicas = 64
 
-// Replica identifies one replica (rank) of one pool.
+// Replica identifies one replica (rank) of one pool. Gen tells the
+// occupants of a reused ReplicaID apart: a handle of a removed replica (held
+// by a decision still in flight, or a subscriber stopping) names a
+// generation the slot no longer has, and every write through it is ignored.
 type Replica struct {
 	Pool PoolID
 	ID   ReplicaID
+	Gen  uint32
 }
 
 // Tier is where a replica holds a block.
@@ -197,7 +201,7 @@ func (ix *Index) AddReplica(pool PoolID, name string) (Replica, error) {
 	for i := range p.replicas {
 		rs := p.replicas[i].Load()
 		if rs != nil && rs.name == name {
-			return Replica{pool, ReplicaID(i)}, nil
+			return Replica{pool, ReplicaID(i), rs.gen}, nil
 		}
 		if rs == nil && free < 0 {
 			free = i
@@ -206,21 +210,28 @@ func (ix *Index) AddReplica(pool PoolID, name string) (Replica, error) {
 	if free < 0 {
 		return Replica{}, fmt.Errorf("%w: pool %q, replica %q", ErrTooManyReplicas, p.name, name)
 	}
-	rs := &replicaState{name: name, healthy: true}
+	rs := &replicaState{name: name, healthy: true, gen: p.gens[free]}
 	p.replicas[free].Store(rs)
-	return Replica{pool, ReplicaID(free)}, nil
+	return Replica{pool, ReplicaID(free), rs.gen}, nil
 }
 
-// RemoveReplica clears a replica's entries and frees its id.
+// RemoveReplica forgets a replica: its id is freed first (so no write lands
+// on it any more), then its entries are cleared. A handle of another
+// generation is ignored.
 func (ix *Index) RemoveReplica(r Replica) {
 	p := ix.pool(r.Pool)
-	if p == nil || int(r.ID) >= MaxReplicas {
+	if p == nil || p.live(r) == nil {
 		return
 	}
-	ix.Clear(r)
 	p.replicasMu.Lock()
+	if p.live(r) == nil {
+		p.replicasMu.Unlock()
+		return
+	}
 	p.replicas[r.ID].Store(nil)
+	p.gens[r.ID]++
 	p.replicasMu.Unlock()
+	ix.clearBit(p, r.ID)
 }
 
 // Run sweeps expired entries and enforces the entry cap until ctx is done.

@@ -496,3 +496,38 @@ func TestOptionsAreTakenAsGiven(t *testing.T) {
 		}()
 	}
 }
+
+// TestRemovedReplicaHandlesAreInert: a removed replica's slot is reused by
+// the next AddReplica under a new generation; writes through the old handle
+// (a subscriber still stopping, a decision still in flight) must not land on
+// the new occupant, and the old blocks are gone.
+func TestRemovedReplicaHandlesAreInert(t *testing.T) {
+	ix := New(Options{TTL: time.Minute, MaxEntries: 1000, SpeculativeTTL: time.Second})
+	pid, _ := ix.AddPool("p")
+	old, _ := ix.AddReplica(pid, "pod-a")
+	ix.Store(old, keys(0, 8), TierGPU)
+	ix.RemoveReplica(old)
+	if n := ix.Entries(pid); n != 0 {
+		t.Fatalf("%d entries after RemoveReplica", n)
+	}
+	fresh, _ := ix.AddReplica(pid, "pod-a")
+	if fresh.ID != old.ID || fresh.Gen == old.Gen {
+		t.Fatalf("slot reuse: old %+v new %+v", old, fresh)
+	}
+	ix.Store(old, keys(0, 8), TierGPU)
+	ix.StoreSpeculative(old, keys(0, 8))
+	ix.BeginRequest(old)
+	if ms := ix.LookupRoute(pid, keys(0, 8), nil); len(ms) != 0 {
+		t.Fatalf("a stale handle's stores landed on the new replica: %+v", ms)
+	}
+	if st, ok := ix.Replica(fresh); !ok || st.InFlight != 0 || st.Blocks != 0 {
+		t.Fatalf("new replica state %+v (ok %v)", st, ok)
+	}
+	if _, ok := ix.Replica(old); ok {
+		t.Fatal("the old handle still resolves")
+	}
+	ix.Store(fresh, keys(0, 4), TierGPU)
+	ix.Clear(old)
+	ix.RemoveReplica(old)
+	equalRuns(t, ix.LookupRoute(pid, keys(0, 4), nil), map[ReplicaID]int{fresh.ID: 4})
+}

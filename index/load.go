@@ -35,6 +35,7 @@ const (
 // replicaState is everything the index knows about one replica besides blocks.
 type replicaState struct {
 	name   string
+	gen    uint32 // Replica.Gen of the handles that name it
 	blocks atomic.Int64 // blocks held, any tier
 
 	inFlight         atomic.Int64 // routed here, stream not ended
@@ -258,7 +259,7 @@ func (ix *Index) Replicas(pool PoolID) []ReplicaState {
 	now := ix.now()
 	for i := range p.replicas {
 		if rs := p.replicas[i].Load(); rs != nil {
-			out = append(out, rs.snapshot(Replica{pool, ReplicaID(i)}, now, 0))
+			out = append(out, rs.snapshot(Replica{pool, ReplicaID(i), rs.gen}, now, 0))
 		}
 	}
 	return out
@@ -269,7 +270,7 @@ func (ix *Index) replicaState(r Replica) *replicaState {
 	if p == nil {
 		return nil
 	}
-	return p.replica(r.ID)
+	return p.live(r)
 }
 
 func (rs *replicaState) snapshot(r Replica, now time.Time, defaultRate float64) ReplicaState {

@@ -55,6 +55,9 @@ type pool struct {
 	specs      atomic.Int64 // speculative entries (shard.spec)
 	replicasMu sync.Mutex
 	replicas   [MaxReplicas]atomic.Pointer[replicaState]
+	// gens is each slot's next generation (replicasMu): bumped when its
+	// replica is removed.
+	gens [MaxReplicas]uint32
 	m          *poolMetrics
 }
 
@@ -81,6 +84,15 @@ func (p *pool) replica(id ReplicaID) *replicaState {
 	return p.replicas[id].Load()
 }
 
+// live is r's state when r names the slot's current replica (same
+// generation), else nil.
+func (p *pool) live(r Replica) *replicaState {
+	if rs := p.replica(r.ID); rs != nil && rs.gen == r.Gen {
+		return rs
+	}
+	return nil
+}
+
 // Store records that r holds keys in tier and refreshes their freshness.
 // Storing what is already stored only refreshes it.
 func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
@@ -88,7 +100,7 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 	if p == nil || len(keys) == 0 {
 		return
 	}
-	rs := p.replica(r.ID)
+	rs := p.live(r)
 	if rs == nil {
 		return
 	}
@@ -167,7 +179,10 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	if p == nil || len(keys) == 0 {
 		return
 	}
-	rs := p.replica(r.ID)
+	rs := p.live(r)
+	if rs == nil {
+		return
+	}
 	bit := uint64(1) << r.ID
 	var dropped, specDropped, lostBlocks int64
 	for _, k := range keys {
@@ -219,9 +234,7 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 		}
 		s.mu.Unlock()
 	}
-	if rs != nil {
-		rs.blocks.Add(-lostBlocks)
-	}
+	rs.blocks.Add(-lostBlocks)
 	p.entries.Add(-dropped)
 	p.specs.Add(-specDropped)
 	ix.entries.Add(-dropped - specDropped)
@@ -232,10 +245,15 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 // AllBlocksCleared event). It walks the whole pool, so it is for rare events.
 func (ix *Index) Clear(r Replica) {
 	p := ix.pool(r.Pool)
-	if p == nil || int(r.ID) >= MaxReplicas {
+	if p == nil || p.live(r) == nil {
 		return
 	}
-	bit := uint64(1) << r.ID
+	ix.clearBit(p, r.ID)
+}
+
+// clearBit drops replica slot id from every entry of p.
+func (ix *Index) clearBit(p *pool, id ReplicaID) {
+	bit := uint64(1) << id
 	var dropped, specDropped int64
 	for i := range p.shards {
 		s := &p.shards[i]
@@ -278,7 +296,7 @@ func (ix *Index) Clear(r Replica) {
 		s.shrinkLocked()
 		s.mu.Unlock()
 	}
-	if rs := p.replica(r.ID); rs != nil {
+	if rs := p.replica(id); rs != nil {
 		rs.blocks.Store(0)
 	}
 	p.entries.Add(-dropped)
@@ -295,7 +313,7 @@ func (ix *Index) Clear(r Replica) {
 // it does nothing.
 func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	p := ix.pool(r.Pool)
-	if p == nil || int(r.ID) >= MaxReplicas || ix.specTicks == 0 {
+	if p == nil || p.live(r) == nil || ix.specTicks == 0 {
 		return
 	}
 	bit := uint64(1) << r.ID
@@ -378,7 +396,7 @@ func (s *shard) shrinkLocked() {
 // not hold are left alone.
 func (ix *Index) Touch(r Replica, keys []BlockKey) {
 	p := ix.pool(r.Pool)
-	if p == nil || int(r.ID) >= MaxReplicas {
+	if p == nil || p.live(r) == nil {
 		return
 	}
 	bit := uint64(1) << r.ID
