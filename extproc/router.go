@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,17 @@ type modelRef struct {
 
 type pool struct {
 	PoolConfig
+	// eps is the pool's current endpoints (PoolConfig.Endpoints at first),
+	// replaced whole by SetEndpoints; a decision reads it once.
+	eps atomic.Pointer[[]Endpoint]
+}
+
+// endpoints is the pool's endpoint list now; never modified.
+func (p *pool) endpoints() []Endpoint {
+	if e := p.eps.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // NewRouter builds a router over the index's pools.
@@ -121,11 +133,10 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 		if pc.Keys == nil {
 			return nil, fmt.Errorf("pool %s: no Keys", pc.Name)
 		}
-		for _, e := range pc.Endpoints {
-			if _, err := netip.ParseAddrPort(e.Address); err != nil {
-				return nil, fmt.Errorf("pool %s endpoint %s: address %q is not ip:port", pc.Name, e.Name, e.Address)
-			}
+		if err := p.setEndpoints(pc.Endpoints); err != nil {
+			return nil, err
 		}
+		p.Endpoints = nil // p.eps owns them
 		for _, m := range pc.Models {
 			r.byModel[m] = modelRef{pool: p}
 		}
@@ -137,6 +148,29 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 	r.matches.New = func() any { s := make([]index.Match, 0, 64); return &s }
 	r.ids.New = func() any { s := []int(nil); return &s }
 	return r, nil
+}
+
+// SetEndpoints replaces a pool's endpoints (replicas joined or left) for
+// every decision that starts afterwards; decisions under way finish with the
+// list they read. Addresses must be ip:port.
+func (r *Router) SetEndpoints(pool string, eps []Endpoint) error {
+	for _, p := range r.pools {
+		if p.Name == pool {
+			return p.setEndpoints(eps)
+		}
+	}
+	return fmt.Errorf("router: unknown pool %s", pool)
+}
+
+func (p *pool) setEndpoints(eps []Endpoint) error {
+	for _, e := range eps {
+		if _, err := netip.ParseAddrPort(e.Address); err != nil {
+			return fmt.Errorf("pool %s endpoint %s: address %q is not ip:port", p.Name, e.Name, e.Address)
+		}
+	}
+	own := slices.Clone(eps)
+	p.eps.Store(&own)
+	return nil
 }
 
 // blockKeys appends the request's block keys under the pool's key mode.
@@ -410,8 +444,9 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 		pools = []*pool{p}
 	}
 	for _, pp := range pools {
-		for i := range pp.Endpoints {
-			ep := &pp.Endpoints[i]
+		eps := pp.endpoints()
+		for i := range eps {
+			ep := &eps[i]
 			slot := rec.add(ep)
 			if subset != nil && !subset[ep.Address] {
 				rec.ineligible(slot, IneligibleSubset)

@@ -75,7 +75,7 @@ func benchDecodeApply(b *testing.B, keys bool) {
 		b.Fatal(err)
 	}
 	m.tuning.noSelfCheck = true // random hashes would all mismatch
-	rs := m.ranks[0]
+	rs := m.allRanks()[0]
 	// Warm up: one pass so the index and key map reach steady state.
 	for i, p := range payloads {
 		rs.applyPayload(uint64(i), p, false)

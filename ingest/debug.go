@@ -106,8 +106,9 @@ type LoadView struct {
 
 // Status returns every replica rank's state, in config order.
 func (m *Manager) Status() []ReplicaStatus {
-	out := make([]ReplicaStatus, 0, len(m.ranks))
-	for _, rs := range m.ranks {
+	ranks := m.allRanks()
+	out := make([]ReplicaStatus, 0, len(ranks))
+	for _, rs := range ranks {
 		s := rs.st.get()
 		v := ReplicaStatus{
 			Pool: rs.pool.in.Name, Replica: rs.name, DPRank: rs.rank, Events: rs.events, Replay: rs.replay,

@@ -224,7 +224,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 func (h *harness) rank(name string) *rankState {
-	for _, rs := range h.mgr.ranks {
+	for _, rs := range h.mgr.allRanks() {
 		if rs.name == name {
 			return rs
 		}

@@ -48,7 +48,7 @@ func storedEvent(rng *rand.Rand, blocks int) *vllmevent.Event {
 // replica) on the index's behalf: it counts toward index.max_entries.
 func TestTokensKeyMapCountsTowardIndexCap(t *testing.T) {
 	m, ix, pid := tokensManager(t, 1, 1<<20)
-	rs := m.ranks[0]
+	rs := m.allRanks()[0]
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 10 {
 		rs.applyStored(storedEvent(rng, 16))
@@ -58,7 +58,7 @@ func TestTokensKeyMapCountsTowardIndexCap(t *testing.T) {
 	}
 	// With a small cap the two together stay bounded.
 	m, ix, _ = tokensManager(t, 1, 1000)
-	rs = m.ranks[0]
+	rs = m.allRanks()[0]
 	for range 200 {
 		rs.applyStored(storedEvent(rng, 16))
 	}
@@ -94,7 +94,7 @@ func BenchmarkBytesPerPair_TokensKeys(b *testing.B) {
 						ev.BlockHashes[j].Value = rng.Uint64()
 					}
 					ev.TokenIDs[0] = uint32(n / benchBlocks) // new chain: new keys
-					m.ranks[(n/benchBlocks)%replicas].applyStored(ev)
+					m.allRanks()[(n/benchBlocks)%replicas].applyStored(ev)
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)

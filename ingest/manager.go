@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,9 +98,20 @@ type Manager struct {
 	now    func() time.Time
 	m      *metrics
 	pools  []*poolState
-	ranks  []*rankState
 	httpc  *http.Client
 	tuning tuning
+
+	// ranks is every rank, in layout order, replaced whole (copy-on-write)
+	// when replicas join or leave; readers load it (allRanks).
+	ranks atomic.Pointer[[]*rankState]
+	// mu serialises replica changes and guards groups, nextReplica and run.
+	mu          sync.Mutex
+	groups      []*group
+	nextReplica int
+	// run is Run's context and wait group once Run started (nil before):
+	// a replica added then starts at once.
+	run   context.Context
+	runWG *sync.WaitGroup
 
 	// limits holds the capped sockets' limit per socket kind (zmtp.go).
 	limits map[string]*frameLimit
@@ -152,7 +164,7 @@ func New(opts Options) (*Manager, error) {
 	for _, kind := range []string{sockBind, sockEvents, sockReplay} {
 		m.limits[kind] = m.frameLimit(kind)
 	}
-	replica := 0
+	var all []*rankState
 	for _, p := range opts.Pools {
 		if pid, ok := m.ix.PoolByName(p.Name); !ok || pid != p.ID {
 			return nil, fmt.Errorf("ingest: pool %s is not registered in the index", p.Name)
@@ -168,21 +180,25 @@ func New(opts Options) (*Manager, error) {
 			registered[st.Replica] = st.Name
 		}
 		known := map[index.Replica]bool{}
-		for i, rk := range p.Ranks {
-			if name, ok := registered[rk.Replica]; !ok || name != rk.Name {
-				return nil, fmt.Errorf("ingest: pool %s: replica %s is not registered in the index", p.Name, rk.Name)
+		for i := 0; i < len(p.Ranks); {
+			j := i + 1
+			for j < len(p.Ranks) && p.Ranks[j].DPRank != 0 && p.Ranks[j].ReplicaName == p.Ranks[i].ReplicaName {
+				j++
 			}
-			known[rk.Replica] = true
-			if i > 0 && (rk.DPRank == 0 || rk.ReplicaName != p.Ranks[i-1].ReplicaName) {
-				replica++
+			for _, rk := range p.Ranks[i:j] {
+				if name, ok := registered[rk.Replica]; !ok || name != rk.Name {
+					return nil, fmt.Errorf("ingest: pool %s: replica %s is not registered in the index", p.Name, rk.Name)
+				}
+				known[rk.Replica] = true
 			}
-			rs, err := m.newRank(ps, rk, replica)
+			g, err := m.newGroup(ps, p.Ranks[i:j])
 			if err != nil {
 				return nil, err
 			}
-			m.ranks = append(m.ranks, rs)
+			m.groups = append(m.groups, g)
+			all = append(all, g.ranks...)
+			i = j
 		}
-		replica++
 		// Replicas the index holds but the layout no longer names are cleared.
 		for r, name := range registered {
 			if !known[r] {
@@ -191,6 +207,7 @@ func New(opts Options) (*Manager, error) {
 			}
 		}
 	}
+	m.ranks.Store(&all)
 	return m, nil
 }
 
@@ -219,7 +236,8 @@ func (m *Manager) newRank(ps *poolState, rk Rank, replica int) (*rankState, erro
 
 // Run starts every subscriber, applier and scraper and returns once ctx is
 // done and all of them have exited. A bind-mode socket that cannot bind is
-// an error returned at once.
+// an error returned at once. Replicas added while it runs start at once;
+// Run is called once.
 func (m *Manager) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -237,32 +255,31 @@ func (m *Manager) Run(ctx context.Context) error {
 			})
 		}
 	}
-	for _, rs := range m.ranks {
-		wg.Go(func() { m.supervise(ctx, compApplier, func() { rs.applyLoop(ctx) }) })
-		if rs.events != "" {
-			wg.Go(func() { m.supervise(ctx, compSubscriber, func() { rs.subscribeLoop(ctx) }) })
-		}
+	m.mu.Lock()
+	m.run, m.runWG = ctx, &wg
+	for _, g := range m.groups {
+		m.startGroup(g)
 	}
-	if iv := m.set.ScrapeInterval; iv > 0 {
-		for _, sc := range m.scrapers() {
-			wg.Go(func() { m.supervise(ctx, compScraper, func() { sc.loop(ctx, iv) }) })
-		}
-	}
-	if iv := m.set.HealthInterval; iv > 0 {
-		for _, pr := range m.probers() {
-			wg.Go(func() { m.supervise(ctx, compProber, func() { pr.loop(ctx, iv) }) })
-		}
-	}
+	m.mu.Unlock()
 	<-ctx.Done()
+	return nil
+}
+
+// allRanks is every rank now, in layout order; the slice is never modified.
+func (m *Manager) allRanks() []*rankState {
+	if p := m.ranks.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
 // Ready reports whether every pool has at least one replica rank with a live
 // event stream or fresh load data.
 func (m *Manager) Ready() bool {
+	ranks := m.allRanks()
 	for _, ps := range m.pools {
 		ok := false
-		for _, rs := range m.ranks {
+		for _, rs := range ranks {
 			if rs.pool == ps && (rs.connected.Load() || m.loadFresh(rs)) {
 				ok = true
 				break

@@ -26,19 +26,15 @@ type prober struct {
 	ranks []*rankState // the server's DP ranks, which share its fate
 }
 
-// probers returns one prober per replica server whose metrics URL is known
-// (its /health sits at the same scheme and host).
-func (m *Manager) probers() []*prober {
-	var out []*prober
-	for _, sc := range m.scrapers() {
-		u, err := url.Parse(sc.url)
-		if err != nil || u.Host == "" {
-			continue
-		}
-		u.Path, u.RawQuery, u.Fragment = "/health", "", ""
-		out = append(out, &prober{m: m, url: u.String(), ranks: sc.ranks})
+// newProber is the prober of the server sc scrapes (its /health sits at the
+// same scheme and host); nil when the URL has no host.
+func (m *Manager) newProber(sc *scraper) *prober {
+	u, err := url.Parse(sc.url)
+	if err != nil || u.Host == "" {
+		return nil
 	}
-	return out
+	u.Path, u.RawQuery, u.Fragment = "/health", "", ""
+	return &prober{m: m, url: u.String(), ranks: sc.ranks}
 }
 
 func (p *prober) loop(ctx context.Context, interval time.Duration) {

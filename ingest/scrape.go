@@ -45,22 +45,15 @@ type scraper struct {
 	dropsAt   map[int]int64 // rank → its drops count when startTime was read
 }
 
-func (m *Manager) scrapers() []*scraper {
-	var out []*scraper
-	byReplica := map[int]*scraper{}
-	for _, rs := range m.ranks {
-		if rs.in.Metrics == "" {
-			continue
-		}
-		sc := byReplica[rs.replica]
-		if sc == nil {
-			sc = &scraper{m: m, pool: rs.pool, name: rs.in.ReplicaName, url: rs.in.Metrics, prevQ: map[int][2]float64{}, warn: map[string]string{}, invalid: map[int]bool{}, dropsAt: map[int]int64{}}
-			byReplica[rs.replica] = sc
-			out = append(out, sc)
-		}
-		sc.ranks = append(sc.ranks, rs)
+// newScraper is the scraper of one replica's ranks (nil when its metrics URL
+// is not known).
+func (m *Manager) newScraper(ranks []*rankState) *scraper {
+	if len(ranks) == 0 || ranks[0].in.Metrics == "" {
+		return nil
 	}
-	return out
+	rs := ranks[0]
+	return &scraper{m: m, pool: rs.pool, name: rs.in.ReplicaName, url: rs.in.Metrics, ranks: ranks,
+		prevQ: map[int][2]float64{}, warn: map[string]string{}, invalid: map[int]bool{}, dropsAt: map[int]int64{}}
 }
 
 func (sc *scraper) loop(ctx context.Context, interval time.Duration) {

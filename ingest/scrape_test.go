@@ -292,3 +292,14 @@ func TestFrozenEngineIsUnroutableWhileItsScrapeStalls(t *testing.T) {
 	close(release)
 	waitFor(t, "routable again", healthy)
 }
+
+// scrapers is every replica's scraper, in layout order.
+func (m *Manager) scrapers() []*scraper {
+	var out []*scraper
+	for _, g := range m.groups {
+		if sc := m.newScraper(g.ranks); sc != nil {
+			out = append(out, sc)
+		}
+	}
+	return out
+}

@@ -119,7 +119,7 @@ func (rs *rankState) setConnected(up bool) {
 // its rank too.
 func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 	ranks := 1
-	for _, rs := range m.ranks {
+	for _, rs := range m.allRanks() {
 		ranks = max(ranks, rs.rank+1)
 	}
 	var socks []zmq4.Socket
@@ -223,7 +223,7 @@ func (m *Manager) resolveTopic(topic string, rank int) *rankState {
 func (m *Manager) matchTopic(topic string) []*rankState {
 	ranksOf := func(match func(rs *rankState) bool) []*rankState {
 		var out []*rankState
-		for _, rs := range m.ranks {
+		for _, rs := range m.allRanks() {
 			if match(rs) {
 				out = append(out, rs)
 			}

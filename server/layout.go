@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
 )
@@ -108,14 +109,24 @@ func (lay layout) ingestPools() []ingest.Pool {
 		p := pl.cfg
 		ip := ingest.Pool{Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters, Keys: pl.keys}
 		for _, rl := range pl.ranks {
-			rc := rl.cfg
-			ip.Ranks = append(ip.Ranks, ingest.Rank{
-				Replica: rl.r, Name: rl.name, ReplicaName: rc.Name, Address: rc.Address,
-				DPRank: rl.rank, DPSize: rc.DataParallelSize,
-				Events: rc.Events, Replay: rc.Replay, Topic: rc.Topic, Metrics: rc.Metrics,
-			})
+			ip.Ranks = append(ip.Ranks, rl.ingestRank())
 		}
 		out = append(out, ip)
 	}
 	return out
+}
+
+// ingestRank is the rank as ingest takes it.
+func (rl rankLayout) ingestRank() ingest.Rank {
+	rc := rl.cfg
+	return ingest.Rank{
+		Replica: rl.r, Name: rl.name, ReplicaName: rc.Name, Address: rc.Address,
+		DPRank: rl.rank, DPSize: rc.DataParallelSize,
+		Events: rc.Events, Replay: rc.Replay, Topic: rc.Topic, Metrics: rc.Metrics,
+	}
+}
+
+// endpoint is the rank as the router takes it.
+func (rl rankLayout) endpoint() extproc.Endpoint {
+	return extproc.Endpoint{Replica: rl.r, Name: rl.name, Address: rl.cfg.Address, DPRank: rl.rank, DPSize: rl.cfg.DataParallelSize}
 }

@@ -57,6 +57,7 @@ type Server struct {
 	admin   *http.Server
 	panics  *panics.Counter
 	router  *extproc.Router
+	fleet   *fleet
 }
 
 // Panic components of kvroute_panics_total recovered here.
@@ -142,7 +143,8 @@ func New(opts Options) (*Server, error) {
 		Logger:         log,
 		Metrics:        extproc.NewMetrics(reg),
 	})
-	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router}
+	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router,
+		fleet: newFleet(lay, reg)}
 	s.grpc, s.health = extproc.NewGRPCServer(ep, tlsConf)
 	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.ExtProc); err != nil {
 		return nil, fmt.Errorf("listen.extproc: %w", err)

@@ -31,9 +31,7 @@ func buildRouter(cfg *config.Config, ix *index.Index, lay layout, parts map[stri
 		pp := parts[p.Name]
 		pc.Tokenizer, pc.Chat = pp.tokenizer, pp.chat
 		for _, rl := range pl.ranks {
-			pc.Endpoints = append(pc.Endpoints, extproc.Endpoint{
-				Replica: rl.r, Name: rl.name, Address: rl.cfg.Address, DPRank: rl.rank, DPSize: rl.cfg.DataParallelSize,
-			})
+			pc.Endpoints = append(pc.Endpoints, rl.endpoint())
 		}
 		pools = append(pools, pc)
 	}

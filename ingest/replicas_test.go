@@ -1,0 +1,68 @@
+package ingest
+
+import (
+	"testing"
+
+	"github.com/kvroute/kvroute/blockhash"
+)
+
+// TestReplicaJoinsAndLeavesWhileRunning: a replica added to a running
+// Manager is subscribed (first-contact replay included) and its events reach
+// the index; removed, its goroutines stop (the publisher sees its subscriber
+// go), nothing of it is written afterwards and its metric series are gone.
+func TestReplicaJoinsAndLeavesWhileRunning(t *testing.T) {
+	st := steps(t)
+	pub0 := newPublisher(t, "kv", 100)
+	h := start(t, baseConfig(poolConfig("p", keysTokens,
+		replicaSpec{name: "r0", events: pub0.Endpoint(), replay: pub0.ReplayEndpoint(), topic: "kv"})))
+	waitSubscribed(t, pub0)
+
+	// r1 published before it joined: first contact replays it.
+	pub1 := newPublisher(t, "kv", 100)
+	publish(t, pub1, st[stepPrompt])
+	pid, _ := h.ix.PoolByName("p")
+	r1, err := h.ix.AddReplica(pid, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := []Rank{{Replica: r1, Name: "r1", ReplicaName: "r1", Address: "10.0.0.9:8000", DPSize: 1,
+		Events: pub1.Endpoint(), Replay: pub1.ReplayEndpoint(), Topic: "kv"}}
+	if err := h.mgr.AddReplica("p", join); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.mgr.AddReplica("p", join); err == nil {
+		t.Fatal("the same replica was added twice")
+	}
+	keys := tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})
+	waitFor(t, "r1's replayed prompt in the index", func() bool { return h.held("p", "r1", keys) == 2 })
+	waitSubscribed(t, pub1)
+	publish(t, pub1, st[stepDecode])
+	waitFor(t, "r1's live batch", func() bool { return h.held("p", "r1", keys) == 3 })
+	if h.counter(metricBatches, "replica", "r1", "source", "live") != 1 {
+		t.Fatalf("r1 live batches %v", h.counter(metricBatches, "replica", "r1", "source", "live"))
+	}
+
+	h.mgr.RemoveReplica("p", "r1")
+	for _, rs := range h.mgr.allRanks() {
+		if rs.name == "r1" {
+			t.Fatal("r1 still listed after RemoveReplica")
+		}
+	}
+	if n := h.counter(metricBatches, "replica", "r1"); n != 0 {
+		t.Errorf("r1's series survived its removal: %v", n)
+	}
+	// Its goroutines have stopped: what the engine publishes now is not read.
+	h.ix.RemoveReplica(r1)
+	publish(t, pub1, st[stepLoRA])
+	waitFor(t, "r0 still follows its engine", func() bool {
+		publish(t, pub0, st[stepPrompt])
+		return h.held("p", "r0", keys) == 2
+	})
+	if st, ok := h.ix.Replica(r1); ok {
+		t.Errorf("r1 still in the index: %+v", st)
+	}
+	h.mgr.RemoveReplica("p", "r1") // unknown now: a no-op
+	if err := h.mgr.AddReplica("nope", join); err == nil {
+		t.Error("a replica was added to an unknown pool")
+	}
+}
