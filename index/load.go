@@ -35,7 +35,7 @@ const (
 // replicaState is everything the index knows about one replica besides blocks.
 type replicaState struct {
 	name   string
-	gen    uint32 // Replica.Gen of the handles that name it
+	gen    uint32       // Replica.Gen of the handles that name it
 	blocks atomic.Int64 // blocks held, any tier
 
 	inFlight         atomic.Int64 // routed here, stream not ended

@@ -58,7 +58,7 @@ type pool struct {
 	// gens is each slot's next generation (replicasMu): bumped when its
 	// replica is removed.
 	gens [MaxReplicas]uint32
-	m          *poolMetrics
+	m    *poolMetrics
 }
 
 func newPool(name string, m *metrics) *pool {

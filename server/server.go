@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
@@ -58,6 +59,7 @@ type Server struct {
 	panics  *panics.Counter
 	router  *extproc.Router
 	fleet   *fleet
+	sources []poolSource
 }
 
 // Panic components of kvroute_panics_total recovered here.
@@ -145,6 +147,9 @@ func New(opts Options) (*Server, error) {
 	})
 	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router,
 		fleet: newFleet(lay, reg)}
+	if s.sources, err = s.buildSources(discovery.NewMetrics(reg)); err != nil {
+		return nil, err
+	}
 	s.grpc, s.health = extproc.NewGRPCServer(ep, tlsConf)
 	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.ExtProc); err != nil {
 		return nil, fmt.Errorf("listen.extproc: %w", err)
@@ -189,6 +194,9 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Error("ingest stopped", "err", err)
 		}
 	})
+	for _, ps := range s.sources {
+		wg.Go(func() { s.supervise(ctx, panicDiscovery, func() { s.runSource(ctx, ps) }) })
+	}
 	wg.Go(func() {
 		s.supervise(ctx, panicReadiness, func() { extproc.WatchReadiness(ctx, s.health, s.Ready, time.Second) })
 	})

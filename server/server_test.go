@@ -106,6 +106,13 @@ func startServerBS(t *testing.T, bs int, reps ...*replica) (*Server, extprocv3.E
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, b.String())
 	}
+	return runServer(t, cfg)
+}
+
+// runServer starts a Server from cfg, waits until it is ready and returns it
+// with an ext_proc client; it stops at cleanup.
+func runServer(t *testing.T, cfg *config.Config) (*Server, extprocv3.ExternalProcessorClient) {
+	t.Helper()
 	s, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

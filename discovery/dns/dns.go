@@ -1,0 +1,150 @@
+// Package dns is the discovery source of a pool whose engines are the A and
+// AAAA records of one name: a Kubernetes headless Service, a compose
+// service, any DNS-registered set. It re-resolves the name on an interval;
+// the records carry no identity, so each address is one engine named by its
+// IP.
+package dns
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/kvroute/kvroute/discovery"
+)
+
+// SourceKind is this source's label value in the discovery metrics.
+const SourceKind = "dns"
+
+// MaxTargets bounds the engines one resolution yields: beyond it, the
+// lowest addresses are kept and the rest counted as dropped. (A pool routes
+// at most 64 ranks; a name with more records is a misconfiguration.)
+const MaxTargets = 256
+
+// lookupTimeout bounds one resolution, retries included.
+const lookupTimeout = 5 * time.Second
+
+// minRetry is the first retry delay after a failed resolution; it doubles
+// up to the interval.
+const minRetry = 100 * time.Millisecond
+
+// Options configure a Source.
+type Options struct {
+	Pool string // for logs and metrics
+	// Name is resolved for A and AAAA records.
+	Name string
+	// Interval between resolutions.
+	Interval time.Duration
+	// Server is a DNS server's host:port; "" uses the system resolver.
+	Server  string
+	Logger  *slog.Logger // nil → slog.Default()
+	Metrics *discovery.Metrics
+}
+
+// Source follows a name's addresses.
+type Source struct {
+	o   Options
+	res *net.Resolver
+	log *slog.Logger
+	met *discovery.SourceMetrics
+}
+
+// New returns the source; nothing is resolved before Run.
+func New(o Options) *Source {
+	s := &Source{o: o, log: o.Logger, met: o.Metrics.For(o.Pool, SourceKind), res: net.DefaultResolver}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if o.Server != "" {
+		var d net.Dialer
+		s.res = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, o.Server)
+		}}
+	}
+	return s
+}
+
+// Run implements discovery.Source.
+func (s *Source) Run(ctx context.Context, update func([]discovery.Target)) error {
+	var last []discovery.Target
+	known := false
+	retry := minRetry
+	failing := false
+	for {
+		ts, err := s.resolve(ctx)
+		wait := s.o.Interval
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			s.met.Refreshed(discovery.ResultError)
+			if !failing {
+				s.log.Warn("discovery: DNS resolution failed; keeping the last set", "pool", s.o.Pool, "source", SourceKind,
+					"err", err, "known", known, "targets", len(last))
+			}
+			failing = true
+			wait = min(retry, s.o.Interval)
+			retry = min(2*retry, s.o.Interval)
+		default:
+			if failing {
+				s.log.Info("discovery: DNS resolution works again", "pool", s.o.Pool, "source", SourceKind, "targets", len(ts))
+			}
+			failing, retry = false, minRetry
+			if len(ts) == 0 {
+				s.met.Refreshed(discovery.ResultEmpty)
+			} else {
+				s.met.Refreshed(discovery.ResultOK)
+			}
+			if !known || !slices.Equal(ts, last) {
+				if len(ts) == 0 {
+					s.log.Warn("discovery: the name has no addresses; the pool has no engine", "pool", s.o.Pool, "source", SourceKind)
+				}
+				known, last = true, ts
+				s.met.Targets(len(ts))
+				update(slices.Clone(ts))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// resolve returns the name's addresses as targets, sorted; a name that does
+// not exist (NXDOMAIN) or has no address records is an empty set.
+func (s *Source) resolve(ctx context.Context) ([]discovery.Target, error) {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	addrs, err := s.res.LookupNetIP(ctx, "ip", s.o.Name)
+	if err != nil {
+		var de *net.DNSError
+		if errors.As(err, &de) && de.IsNotFound {
+			return nil, nil
+		}
+		return nil, err
+	}
+	seen := map[netip.Addr]bool{}
+	var out []discovery.Target
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() || seen[a] {
+			continue
+		}
+		seen[a] = true
+		out = append(out, discovery.Target{Name: a.String(), IP: a})
+	}
+	slices.SortFunc(out, func(x, y discovery.Target) int { return x.IP.Compare(y.IP) })
+	if len(out) > MaxTargets {
+		s.met.Dropped("over_limit", len(out)-MaxTargets)
+		s.log.Warn("discovery: the name has more addresses than a pool takes; keeping the lowest", "pool", s.o.Pool,
+			"source", SourceKind, "addresses", len(out), "kept", MaxTargets)
+		out = out[:MaxTargets]
+	}
+	return out, nil
+}

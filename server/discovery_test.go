@@ -1,0 +1,129 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/dnstest"
+	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/tokenize"
+
+	"github.com/kvroute/kvroute/internal/testdata"
+)
+
+// hostReplica is an emulated engine at its own loopback IP on the pool's
+// shared ports, as pods behind a headless Service are.
+func hostReplica(t *testing.T, ip string, httpPort, eventsPort int) *replica {
+	t.Helper()
+	pub, err := vllmzmq.NewPublisher(fmt.Sprintf("tcp://%s:%d", ip, eventsPort), "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(httpPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(newReplica(t).http.Config.Handler)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return &replica{pub: pub, http: srv}
+}
+
+// sharedPorts finds two ports free on every one of ips.
+func sharedPorts(t *testing.T, ips ...string) (int, int) {
+	t.Helper()
+	var ports []int
+	for len(ports) < 2 {
+		ln, err := net.Listen("tcp", ips[0]+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ok := true
+		for _, ip := range ips[1:] {
+			l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		ln.Close()
+		if ok && (len(ports) == 0 || ports[0] != port) {
+			ports = append(ports, port)
+		}
+	}
+	return ports[0], ports[1]
+}
+
+// TestDNSDiscoveredPoolFollowsTheRecords: a pool whose engines are a name's
+// A records on a real DNS server. kvroute starts with none, follows the
+// records as engines come and go, and routes by prefix to a discovered one.
+func TestDNSDiscoveredPoolFollowsTheRecords(t *testing.T) {
+	ips := []string{"127.0.0.2", "127.0.0.3"}
+	httpPort, eventsPort := sharedPorts(t, ips...)
+	hostReplica(t, ips[0], httpPort, eventsPort)
+	b := hostReplica(t, ips[1], httpPort, eventsPort)
+	z := dnstest.Start(t, "vllm.kvroute.test.")
+	z.Set(ips[0])
+
+	tokDir := testdata.TokenizerDir(t, "qwen3")
+	doc := fmt.Sprintf(`listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+routing: {debug_headers: true}
+ingest: {scrape_interval: 100ms}
+pools:
+  - name: qwen
+    models: [qwen]
+    tokenizer: %q
+    block_size: %d
+    discovery: {kind: dns, dns: {name: vllm.kvroute.test., interval: 100ms, server: %q}, ports: {http: %d, events: %d}}
+`, tokDir, blockSize, z.Addr(), httpPort, eventsPort)
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	s, c := runServer(t, cfg)
+	waitUntil(t, "one replica discovered", func() bool { return metricValue(t, s, "kvroute_replica_ranks", `pool="qwen"`) == 1 })
+
+	tok, err := tokenize.Load(tokDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := prose(20)
+	body := `{"model":"qwen","prompt":` + strconv.Quote(prompt) + `,"max_tokens":4}`
+	z.Set(ips[0], ips[1])
+	waitUntil(t, "two replicas discovered", func() bool { return metricValue(t, s, "kvroute_replica_ranks", `pool="qwen"`) == 2 })
+	b.storeBlocks(t, tok.Encode(prompt, true))
+	route(t, c, "/v1/completions", body, ips[1])
+
+	z.Set(ips[0])
+	waitUntil(t, "127.0.0.3 left", func() bool {
+		_, ok := blocksOf(s, ips[1])
+		return !ok
+	})
+	if got := metricValue(t, s, "kvroute_replica_changes_total", `change="leave"`); got != 1 {
+		t.Errorf("leaves %v", got)
+	}
+	if got := metricValue(t, s, "kvroute_discovery_targets", `source="dns"`); got != 1 {
+		t.Errorf("kvroute_discovery_targets %v", got)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
