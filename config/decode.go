@@ -15,11 +15,32 @@ import (
 
 // Load reads, decodes, defaults and validates the config file at path.
 func Load(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return Parse(b)
+}
+
+// MaxFileBytes bounds a config file: far above any real config (a pool of 64
+// replicas is a few kilobytes), far below what could hurt the process.
+const MaxFileBytes = 4 << 20
+
+// ReadFile reads a config file of at most MaxFileBytes.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("%s: config file is over the %d-byte limit", path, MaxFileBytes)
+	}
+	return b, nil
 }
 
 // Parse decodes a YAML config over Default, derives the metrics URLs and

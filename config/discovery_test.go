@@ -94,3 +94,36 @@ func TestDiscoveredReplicaFollowsThePortTemplate(t *testing.T) {
 		t.Fatalf("duplicate replicas: %v", err)
 	}
 }
+
+func TestDiffNamesTheKeys(t *testing.T) {
+	parse := func(doc string) *Config {
+		t.Helper()
+		c, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a := parse(minimal)
+	if d := Diff(a, parse(minimal)); len(d) != 0 {
+		t.Fatalf("equal configs differ at %v", d)
+	}
+	b := parse(`
+routing: {placement_slack: 0.5}
+pools:
+  - name: qwen3
+    models: ["Qwen/Qwen3-8B"]
+    hash: {seed: "1"}
+    replicas:
+      - {name: vllm-0, address: 10.0.0.8:8000, events: "tcp://10.0.0.7:5557"}
+`)
+	got := strings.Join(Diff(a, b), " ")
+	want := "routing.placement_slack pools[0].hash.seed pools[0].replicas[0].address pools[0].replicas[0].metrics"
+	if got != want {
+		t.Fatalf("Diff = %s\nwant   %s", got, want)
+	}
+	c := parse(minimal + "      - {name: vllm-1, address: 10.0.0.9:8000}\n")
+	if got := strings.Join(Diff(a, c), " "); got != "pools[0].replicas" {
+		t.Fatalf("a longer list: %s", got)
+	}
+}

@@ -15,7 +15,8 @@ var costOpts = RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens
 	KVUsageCeiling: 0.9, KVFullPenalty: 0.5, PlacementSlack: 0.5}
 
 func TestCostIsSecondsToFirstToken(t *testing.T) {
-	r := &Router{opts: costOpts}
+	r := &Router{}
+	r.SetOptions(costOpts)
 	cases := []struct {
 		name     string
 		st       index.ReplicaState
@@ -52,7 +53,8 @@ func TestCostIsSecondsToFirstToken(t *testing.T) {
 // because the prefill it saves is worth more seconds than the queue costs;
 // a holder with a long prefill queue does not.
 func TestCachedDocumentOutweighsAShortQueue(t *testing.T) {
-	r := &Router{opts: costOpts}
+	r := &Router{}
+	r.SetOptions(costOpts)
 	const prompt = 4000 // tokens; 0.4 s of prefill at 10k tokens/s
 	holder := &candidate{state: index.ReplicaState{InFlight: 4, PendingTokens: 500}, rate: 10000}
 	idle := &candidate{state: index.ReplicaState{}, rate: 10000}

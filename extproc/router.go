@@ -95,8 +95,9 @@ type RouterOptions struct {
 
 // Router makes the routing decision for parsed requests.
 type Router struct {
-	ix      *index.Index
-	opts    RouterOptions
+	ix *index.Index
+	// opts is swapped whole by SetOptions (a config reload).
+	opts    atomic.Pointer[RouterOptions]
 	pools   []*pool
 	byModel map[string]modelRef
 	matches sync.Pool
@@ -127,7 +128,8 @@ func (p *pool) endpoints() []Endpoint {
 
 // NewRouter builds a router over the index's pools.
 func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router, error) {
-	r := &Router{ix: ix, opts: opts, byModel: map[string]modelRef{}}
+	r := &Router{ix: ix, byModel: map[string]modelRef{}}
+	r.opts.Store(&opts)
 	for _, pc := range pools {
 		p := &pool{PoolConfig: pc}
 		if pc.Keys == nil {
@@ -149,6 +151,16 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 	r.ids.New = func() any { s := []int(nil); return &s }
 	return r, nil
 }
+
+// o is the options now.
+func (r *Router) o() *RouterOptions { return r.opts.Load() }
+
+// Options is the cost model and limits decisions use now.
+func (r *Router) Options() RouterOptions { return *r.o() }
+
+// SetOptions replaces the cost model and limits for every decision that
+// starts afterwards (a config reload).
+func (r *Router) SetOptions(opts RouterOptions) { r.opts.Store(&opts) }
 
 // SetEndpoints replaces a pool's endpoints (replicas joined or left) for
 // every decision that starts afterwards; decisions under way finish with the
@@ -246,7 +258,7 @@ func (r *Router) decide(path string, body []byte, subset map[string]bool, rec *r
 		}
 		return r.byLoad(p, subset, ReasonNoBody, nil, rec)
 	}
-	req, err := ParseRequest(path, body, r.opts.Limits)
+	req, err := ParseRequest(path, body, r.o().Limits)
 	if req == nil {
 		// Not a JSON object: no model, so no pool.
 		return r.failOpen(nil, subset, ReasonBadJSON, 400, err, rec)
@@ -339,10 +351,10 @@ func (r *Router) decideIDs(p *pool, lora, salt string, ids []int, subset map[str
 // acquire reserves n body bytes of the in-flight decision budget, without
 // waiting; release returns them.
 func (r *Router) acquire(n int) bool {
-	if r.opts.MaxBytesInFlight <= 0 {
+	if r.o().MaxBytesInFlight <= 0 {
 		return true
 	}
-	if r.bytesInFlight.Add(int64(n)) > r.opts.MaxBytesInFlight {
+	if r.bytesInFlight.Add(int64(n)) > r.o().MaxBytesInFlight {
 		r.bytesInFlight.Add(-int64(n))
 		return false
 	}
@@ -350,7 +362,7 @@ func (r *Router) acquire(n int) bool {
 }
 
 func (r *Router) release(n int) {
-	if r.opts.MaxBytesInFlight > 0 {
+	if r.o().MaxBytesInFlight > 0 {
 		r.bytesInFlight.Add(-int64(n))
 	}
 }
@@ -381,14 +393,14 @@ func (r *Router) tokens(p *pool, req *Request, buf []int) ([]int, string, error)
 			// unknown content type): keep their length only.
 			return nil, ReasonChatTemplate, fmt.Errorf("chat template could not render the request (%d-byte error withheld: it may quote the request)", len(err.Error()))
 		}
-		if r.opts.Limits.promptTooLarge(len(text)) {
+		if r.o().Limits.promptTooLarge(len(text)) {
 			return nil, ReasonPromptTooLarge, nil
 		}
 		ids = r.encode(p, buf, text, req.AddSpecialTokens)
 	default:
 		return nil, ReasonNoBody, nil
 	}
-	if r.opts.Limits.MaxPromptTokens > 0 && len(ids) > r.opts.Limits.MaxPromptTokens {
+	if r.o().Limits.MaxPromptTokens > 0 && len(ids) > r.o().Limits.MaxPromptTokens {
 		return nil, ReasonPromptTooLarge, nil
 	}
 	return ids, "", nil
@@ -410,7 +422,7 @@ func (r *Router) failOpen(p *pool, subset map[string]bool, reason string, status
 	if p == nil && len(r.pools) == 1 {
 		p = r.pools[0]
 	}
-	if r.opts.FailOpen && p != nil {
+	if r.o().FailOpen && p != nil {
 		return r.byLoad(p, subset, reason, err, rec)
 	}
 	return Decision{Pool: poolName(p), Outcome: OutcomeRejected, Reason: reason, Status: status, Err: err}
@@ -452,7 +464,7 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 				rec.ineligible(slot, IneligibleSubset)
 				continue
 			}
-			st, ok := r.ix.ReplicaAt(ep.Replica, r.opts.PrefillTokensPerSecond)
+			st, ok := r.ix.ReplicaAt(ep.Replica, r.o().PrefillTokensPerSecond)
 			if !ok {
 				rec.ineligible(slot, IneligibleUnknown)
 				continue
@@ -463,7 +475,7 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 			}
 			rate := st.PrefillRate
 			if !(rate > 0) {
-				rate = r.opts.PrefillTokensPerSecond
+				rate = r.o().PrefillTokensPerSecond
 			}
 			dst = append(dst, candidate{ep: ep, state: st, rate: rate, slot: slot})
 		}
@@ -485,9 +497,9 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 func (r *Router) cost(c *candidate, uncached float64) float64 {
 	st := &c.state
 	_, fr := st.Foreign()
-	cost := (r.queued(st)+max(uncached, 0))/c.rate + r.opts.DecodeInterference*(float64(st.InFlight)+fr)
-	if r.opts.KVUsageCeiling > 0 && st.Load.KVUsage > r.opts.KVUsageCeiling {
-		cost += r.opts.KVFullPenalty
+	cost := (r.queued(st)+max(uncached, 0))/c.rate + r.o().DecodeInterference*(float64(st.InFlight)+fr)
+	if r.o().KVUsageCeiling > 0 && st.Load.KVUsage > r.o().KVUsageCeiling {
+		cost += r.o().KVFullPenalty
 	}
 	if math.IsNaN(cost) {
 		return math.Inf(1)
@@ -502,7 +514,7 @@ func (r *Router) queued(st *index.ReplicaState) float64 {
 	fw, _ := st.Foreign()
 	mean := st.MeanPromptTokens
 	if !(mean > 0) {
-		mean = r.opts.ForeignRequestTokens
+		mean = r.o().ForeignRequestTokens
 	}
 	return st.PendingTokens + fw*mean
 }
@@ -546,7 +558,7 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 		}
 	}
 	if len(keys) > 0 {
-		bound := cs[best] + r.opts.PlacementSlack*float64(promptTokens)/cands[best].rate
+		bound := cs[best] + r.o().PlacementSlack*float64(promptTokens)/cands[best].rate
 		// A replica with no prefill queued is as good as the cheapest when
 		// its cost is within placementIdleTolerance: the learned prefill
 		// rates of identical engines differ by a few percent, and the
@@ -679,7 +691,7 @@ func (r *Router) Begin(d *Decision) {
 	if d.Endpoint == nil {
 		return
 	}
-	rate := r.opts.PrefillTokensPerSecond
+	rate := r.o().PrefillTokensPerSecond
 	if st, ok := r.ix.Replica(d.Endpoint.Replica); ok && st.PrefillRate > 0 {
 		rate = st.PrefillRate
 	}

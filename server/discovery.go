@@ -62,7 +62,7 @@ func (s *Server) runSource(ctx context.Context, ps poolSource) {
 // must not freeze the whole pool.
 func (s *Server) replicasOf(ps poolSource, ts []discovery.Target) []Replica {
 	d := &ps.pool.Discovery
-	bind := s.cfg.Ingest.Bind != ""
+	bind := s.bind
 	var reps []Replica
 	var cfgs []config.Replica
 	ranks, overLimit, invalid := 0, 0, 0

@@ -99,7 +99,7 @@ func (s *Server) SetReplicas(pool string, reps []Replica) error {
 		reps[i].Config.Derive()
 		cfgs[i] = reps[i].Config
 	}
-	if err := config.ValidateReplicas(lp.cfg, cfgs, s.cfg.Ingest.Bind != ""); err != nil {
+	if err := config.ValidateReplicas(lp.cfg, cfgs, s.bind); err != nil {
 		return err
 	}
 	cur := map[string]*liveReplica{}

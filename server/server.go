@@ -60,6 +60,10 @@ type Server struct {
 	router  *extproc.Router
 	fleet   *fleet
 	sources []poolSource
+	// reloadMu serialises Reload; cfg is the running config.
+	reloadMu sync.Mutex
+	reload   *reloadMetrics
+	bind     bool // ingest.bind is set (a restart-only key)
 }
 
 // Panic components of kvroute_panics_total recovered here.
@@ -146,7 +150,7 @@ func New(opts Options) (*Server, error) {
 		Metrics:        extproc.NewMetrics(reg),
 	})
 	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router,
-		fleet: newFleet(lay, reg)}
+		fleet: newFleet(lay, reg), reload: newReloadMetrics(reg), bind: cfg.Ingest.Bind != ""}
 	if s.sources, err = s.buildSources(discovery.NewMetrics(reg)); err != nil {
 		return nil, err
 	}
@@ -216,7 +220,7 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 		s.log.Info("admin listening", "addr", s.adminLn.Addr().String())
 	}
-	s.log.Info("kvroute started", "pools", len(s.cfg.Pools))
+	s.log.Info("kvroute started", "pools", len(s.fleet.pools))
 	<-ctx.Done()
 	s.log.Info("kvroute stopping")
 

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/server"
@@ -18,10 +22,19 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.err)
 	path := fs.String("config", "kvroute.yaml", "YAML config file (see docs/CONFIG.md)")
+	watch := fs.Duration("watch-interval", defaultWatchInterval, "reload the config file when its content changes, checked this often (0: only on SIGHUP)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	cfg, err := config.Load(*path)
+	if *watch < 0 {
+		fmt.Fprintln(io.err, "serve: --watch-interval must not be negative")
+		return errUsage
+	}
+	data, err := config.ReadFile(*path)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", *path, err)
+	}
+	cfg, err := config.Parse(data)
 	if err != nil {
 		return fmt.Errorf("config %s:\n%w", *path, err)
 	}
@@ -30,9 +43,34 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	log.Info("config loaded", "config", *path)
+	log.Info("config loaded", "config", *path, "watch_interval", watch.String())
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	trigger := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading the config", "config", *path)
+				select {
+				case trigger <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	go srv.WatchConfig(ctx, *path, data, *watch, trigger)
 	return srv.Run(ctx)
 }
+
+// defaultWatchInterval is how often serve checks its config file for a
+// change by default.
+const defaultWatchInterval = 5 * time.Second
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -37,9 +38,14 @@ func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); retur
 
 // startServe runs `kvroute serve` on cfg and returns the ext_proc and admin
 // addresses it logged.
-func startServe(t *testing.T, cfg string) (extProc, admin string, logs *lockedBuffer) {
+func startServe(t *testing.T, cfg string, flags ...string) (extProc, admin string, logs *lockedBuffer) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "kvroute.yaml")
+	return startServeAt(t, filepath.Join(t.TempDir(), "kvroute.yaml"), cfg, flags...)
+}
+
+// startServeAt is startServe with the config file at path.
+func startServeAt(t *testing.T, path, cfg string, flags ...string) (extProc, admin string, logs *lockedBuffer) {
+	t.Helper()
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +53,7 @@ func startServe(t *testing.T, cfg string) (extProc, admin string, logs *lockedBu
 	logs = &lockedBuffer{}
 	done := make(chan int)
 	go func() {
-		done <- run(ctx, []string{"serve", "--config", path}, stdio{strings.NewReader(""), logs, logs})
+		done <- run(ctx, append([]string{"serve", "--config", path}, flags...), stdio{strings.NewReader(""), logs, logs})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -143,5 +149,103 @@ pools:
 	body.ReadFrom(resp.Body)
 	if !strings.Contains(body.String(), `kvroute_route_decisions_total{outcome="load",pool="p",reason="no_tokenizer"} 1`) {
 		t.Fatalf("decision metric missing from /metrics")
+	}
+}
+
+// TestServeReloadsItsConfig: `kvroute serve` follows its config file. A new
+// replica in the file is routed to within a few seconds without a restart;
+// an invalid file and a change that needs a restart are refused, counted and
+// logged, and the running config keeps serving.
+func TestServeReloadsItsConfig(t *testing.T) {
+	addrA, addrB := idleEngineMetrics(t), idleEngineMetrics(t)
+	path := filepath.Join(t.TempDir(), "kvroute.yaml")
+	cfg := func(extra string) string {
+		return fmt.Sprintf(`
+listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+ingest: {scrape_interval: 100ms}
+pools:
+  - name: p
+    models: [m]
+    block_size: 16
+    replicas:
+      - {name: a, address: %q}
+%s`, addrA, extra)
+	}
+	extProc, admin, logs := startServeAt(t, path, cfg(""), "--watch-interval", "50ms")
+	conn, err := grpc.NewClient(extProc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := extprocv3.NewExternalProcessorClient(conn)
+	destinations := func() map[string]bool {
+		seen := map[string]bool{}
+		for range 40 {
+			res, err := fakeenvoy.Do(context.Background(), client, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true},
+				fakeenvoy.Request{Method: "POST", Path: "/v1/completions", Body: []byte(`{"model":"m","prompt":"hello"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[res.Headers[fakeenvoy.DestinationHeader]] = true
+		}
+		return seen
+	}
+	metric := func(series string) string {
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, series+" ") {
+				return strings.TrimPrefix(line, series+" ")
+			}
+		}
+		return ""
+	}
+	waitMetric := func(series, want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); metric(series) != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s = %q, want %s; logs:\n%s", series, metric(series), want, logs.String())
+			}
+		}
+	}
+	if d := destinations(); !d[addrA] || len(d) != 1 {
+		t.Fatalf("before the reload: %v", d)
+	}
+
+	// Add replica b: applied live.
+	if err := os.WriteFile(path, []byte(cfg(fmt.Sprintf("      - {name: b, address: %q}\n", addrB))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(`kvroute_config_reloads_total{result="applied"}`, "1")
+	waitMetric(`kvroute_replica_ranks{pool="p"}`, "2")
+	deadline := time.Now().Add(10 * time.Second)
+	for d := destinations(); !d[addrB]; d = destinations() {
+		if time.Now().After(deadline) {
+			t.Fatalf("b never routed to after the reload: %v", d)
+		}
+	}
+
+	// An invalid file: refused, old config serves.
+	if err := os.WriteFile(path, []byte("pools: [{name: p}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(`kvroute_config_reloads_total{result="invalid"}`, "1")
+	// A change only a restart applies: refused with the key named.
+	if err := os.WriteFile(path, []byte(strings.Replace(cfg(fmt.Sprintf("      - {name: b, address: %q}\n", addrB)), "block_size: 16", "block_size: 32", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(`kvroute_config_reloads_total{result="restart_required"}`, "1")
+	if !strings.Contains(logs.String(), "pools[0].block_size") {
+		t.Fatalf("the refused key is not named in the log:\n%s", logs.String())
+	}
+	if d := destinations(); !d[addrA] && !d[addrB] {
+		t.Fatalf("after refused reloads: %v", d)
+	}
+	if metric(`kvroute_replica_ranks{pool="p"}`) != "2" {
+		t.Fatal("a refused reload changed the replica set")
 	}
 }
