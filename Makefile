@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      ?= ./...
 
-.PHONY: all build test lint tools vet testdata bench bench-routing fuzz demo run clean
+.PHONY: all build test lint tools vet testdata kube-apiserver bench bench-routing fuzz demo run clean
 
 all: build
 
@@ -36,13 +36,19 @@ lint: tools
 testdata:
 	@if [ -x scripts/fetch-testdata.sh ]; then scripts/fetch-testdata.sh; fi
 
-# test runs lint, fetches the test data, then every test with -race (and, without -race, the every-code-point
+# kube-apiserver builds the Kubernetes API server the discovery tests run
+# against (pinned in scripts/kube-apiserver.sh) into the ignored .cache/bin,
+# once, and installs Debian's etcd-server when etcd is missing.
+kube-apiserver:
+	@scripts/kube-apiserver.sh
+
+# test runs lint, fetches the test data, builds the test API server, then every test with -race (and, without -race, the every-code-point
 # class test that -race samples) through scripts/testsummary: go test's usual
 # lines, the full output of failures, then every skipped test with its
 # reason and a final ok/FAIL line. A test whose fetched data is missing
 # skips outside CI and fails under CI=true (.ci/run). The exit status is go
 # test's (pipefail), or the summary's when it saw a failure.
-test: lint testdata
+test: lint testdata kube-apiserver
 	@mkdir -p .cache/bin && $(GO) build -o .cache/bin/testsummary ./scripts/testsummary
 	@set -o pipefail; { \
 		status=0; \

@@ -99,6 +99,8 @@ type Routing struct {
 	BodyLimitBytes int `yaml:"body_limit_bytes"`
 	// DebugHeaders adds x-kvroute-* headers (matched tokens, replica, reason).
 	DebugHeaders bool `yaml:"debug_headers"`
+	// ScoresHeader adds x-kvroute-scores: every weighed endpoint's cost.
+	ScoresHeader bool `yaml:"scores_header"`
 	// BodyMode is Envoy's ext_proc request_body_mode when Envoy sends no
 	// protocol_config (Envoy < 1.40; a protocol_config always wins):
 	// "buffered" (envoy/envoy.yaml), "full_duplex" (FULL_DUPLEX_STREAMED, the

@@ -21,7 +21,13 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"gopkg.in/yaml.v3"
 
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/kubetest"
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // loadCompose loads docker-compose.yaml as `docker compose config` would:
@@ -172,7 +178,7 @@ func k8sDocs(t *testing.T, path string) []map[string]any {
 
 func TestKubernetesManifestsParse(t *testing.T) {
 	kinds := map[string]bool{}
-	for _, f := range []string{"kubernetes/kvroute.yaml", "kubernetes/inferencepool.yaml"} {
+	for _, f := range []string{"kubernetes/kvroute.yaml", "kubernetes/inferencepool.yaml", "kubernetes/httproute.yaml"} {
 		for _, d := range k8sDocs(t, f) {
 			kinds[d["kind"].(string)] = true
 			if d["kind"] == "ConfigMap" {
@@ -183,7 +189,7 @@ func TestKubernetesManifestsParse(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"ConfigMap", "Deployment", "Service", "InferencePool", "HTTPRoute"} {
+	for _, k := range []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "InferencePool", "HTTPRoute"} {
 		if !kinds[k] {
 			t.Errorf("no %s in examples/kubernetes", k)
 		}
@@ -229,5 +235,53 @@ func TestAdminIsNotExposed(t *testing.T) {
 		if strconv.Itoa(int(p.Target)) == adminPort {
 			t.Errorf("docker-compose.yaml publishes kvroute's admin port %d on the host (%s)", p.Target, p.Published)
 		}
+	}
+}
+
+// TestKubernetesManifestsApplyToARealAPIServer creates every object of
+// examples/kubernetes (but the HTTPRoute, whose Gateway API CRDs are not
+// installed) in a real API server: kvroute.yaml by server-side dry run (every
+// field validated, strict), the InferencePool for real after its CRD. Then
+// the Role is checked to grant what discovery does, by asking the API server
+// as the ServiceAccount would (SubjectAccessReview).
+func TestKubernetesManifestsApplyToARealAPIServer(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx := context.Background()
+	const ns = "llm"
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Apply(t, testdata.Path(t, "kubernetes/inferencepool-crd.yaml"), "", false)
+	objs := c.Apply(t, "kubernetes/kvroute.yaml", ns, true)
+	if len(objs) != 6 {
+		t.Fatalf("%d objects created from kvroute.yaml, want 6", len(objs))
+	}
+	c.Apply(t, "kubernetes/inferencepool.yaml", ns, false)
+	// The RBAC objects for real, to ask the API server what they grant.
+	c.ApplyKinds(t, "kubernetes/kvroute.yaml", ns, "ServiceAccount", "Role", "RoleBinding")
+	sa := "system:serviceaccount:" + ns + ":kvroute"
+	for _, ra := range []authzv1.ResourceAttributes{
+		{Namespace: ns, Verb: "watch", Resource: "pods"},
+		{Namespace: ns, Verb: "list", Resource: "pods"},
+		{Namespace: ns, Verb: "watch", Group: "inference.networking.k8s.io", Resource: "inferencepools"},
+		{Namespace: ns, Verb: "list", Group: "inference.networking.k8s.io", Resource: "inferencepools"},
+	} {
+		r, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+			Spec: authzv1.SubjectAccessReviewSpec{User: sa, ResourceAttributes: &ra}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Status.Allowed {
+			t.Errorf("%s may not %s %s: %s", sa, ra.Verb, ra.Resource, r.Status.Reason)
+		}
+	}
+	// And nothing beyond its namespace.
+	r, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+		Spec: authzv1.SubjectAccessReviewSpec{User: sa, ResourceAttributes: &authzv1.ResourceAttributes{Namespace: "default", Verb: "list", Resource: "pods"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status.Allowed {
+		t.Error("the kvroute ServiceAccount may list pods outside its namespace")
 	}
 }

@@ -33,6 +33,10 @@ const (
 	HeaderDebugMatchedTokens = "x-kvroute-matched-tokens"
 	HeaderDebugPromptTokens  = "x-kvroute-prompt-tokens"
 	HeaderDebugReason        = "x-kvroute-reason"
+	// HeaderScores, added when routing.scores_header is on: every weighed
+	// endpoint's cost in milliseconds, `name=ms` comma-separated in pool
+	// order ("inf" for an endpoint that cannot take the request).
+	HeaderScores = "x-kvroute-scores"
 
 	// streamedChunkBytes bounds each streamed_response chunk in full-duplex
 	// mode; Envoy recommends ≤ 64 KiB and GIE uses 62,000.

@@ -3,6 +3,8 @@ package extproc
 import (
 	"encoding/json"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/kvroute/kvroute/index"
 )
@@ -151,6 +153,30 @@ func (rec *recorder) weigh(r *Router, c *candidate, held index.Match, uncached, 
 	e.QueuedTokens, e.QueueSeconds = Figure(queued), Figure(queued/c.rate)
 	e.PrefillRate, e.KVUsage = Figure(c.rate), Figure(c.state.Load.KVUsage)
 	e.UncachedTokens, e.Cost = Figure(max(uncached, 0)), Figure(cost)
+}
+
+// DecideScored is Decide, also returning every weighed endpoint's cost as
+// HeaderScores carries it ("" when nothing was weighed).
+func (r *Router) DecideScored(path string, body []byte, subset map[string]bool) (Decision, string) {
+	rec := &recorder{}
+	d := r.decide(path, body, subset, rec)
+	var b strings.Builder
+	for _, c := range rec.cands {
+		if !c.Weighed {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(c.Name)
+		b.WriteByte('=')
+		if ms := 1000 * float64(c.Cost); math.IsInf(ms, 0) || math.IsNaN(ms) {
+			b.WriteString("inf")
+		} else {
+			b.WriteString(strconv.FormatFloat(ms, 'g', 3, 64))
+		}
+	}
+	return d, b.String()
 }
 
 // Explain runs Decide's decision for a request without routing it: nothing

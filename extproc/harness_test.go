@@ -92,6 +92,7 @@ type harnessOptions struct {
 	addresses []string // replica addresses; default 127.0.0.1:800{1,2,3}
 	failOpen  bool
 	debug     bool
+	scores    bool
 	bodyLimit int
 	bodyMode  string // "" auto, "default" the server's default
 	// limits and bytesInFlight go to RouterOptions; tokenizer replaces
@@ -166,7 +167,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h.server = NewServer(router, Options{BodyLimitBytes: o.bodyLimit, DebugHeaders: o.debug, BodyMode: o.bodyMode, Logger: log, Metrics: NewMetrics(h.reg)})
+	h.server = NewServer(router, Options{BodyLimitBytes: o.bodyLimit, DebugHeaders: o.debug, ScoresHeader: o.scores, BodyMode: o.bodyMode, Logger: log, Metrics: NewMetrics(h.reg)})
 	g, _ := NewGRPCServer(h.server, nil)
 	h.srvErrs = &errCounter{}
 	g = grpcWithErrCount(g, h.server, h.srvErrs)

@@ -26,6 +26,9 @@ type Options struct {
 	BodyLimitBytes int
 	// DebugHeaders adds the x-kvroute-* headers to routed requests.
 	DebugHeaders bool
+	// ScoresHeader adds HeaderScores (every weighed endpoint's cost) to
+	// routed requests; the decision then records what it weighs.
+	ScoresHeader bool
 	// BodyMode is config.Routing.BodyMode: "buffered" (or empty),
 	// "full_duplex" or "auto". Envoy's protocol_config, when it sends one,
 	// overrides it for that stream.
@@ -87,13 +90,16 @@ type stream struct {
 	path       string
 	reqID      string
 	subset     map[string]bool
-	body       []byte
-	answered   bool // the headers response has been sent
-	closed     bool // an immediate response ended processing
-	pending    *recvResult
-	routed     bool // a routing decision was sent
-	decision   Decision
-	job        decideJob
+	// scores is HeaderScores' value for this request's decision
+	// (routing.scores_header).
+	scores   string
+	body     []byte
+	answered bool // the headers response has been sent
+	closed   bool // an immediate response ended processing
+	pending  *recvResult
+	routed   bool // a routing decision was sent
+	decision Decision
+	job      decideJob
 }
 
 type recvResult struct {
@@ -406,6 +412,11 @@ func (st *stream) decide(body []byte) (d Decision) {
 	defer st.s.m.panics.Recover(panicDecide, st.s.log, func(err error) {
 		d = st.s.router.failOpen(nil, st.subset, ReasonInternalError, 500, err, nil)
 	})
+	if st.s.opts.ScoresHeader {
+		d, scores := st.s.router.DecideScored(st.path, body, st.subset)
+		st.scores = scores
+		return d
+	}
 	return st.s.router.Decide(st.path, body, st.subset)
 }
 
@@ -451,6 +462,9 @@ func (st *stream) mutation(d *Decision) *extprocv3.HeaderMutation {
 	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, d.Endpoint.Address)}
 	if d.Endpoint.DPSize > 1 {
 		set = append(set, setHeader(dpRankHeader, d.Endpoint.rankValue()))
+	}
+	if st.scores != "" {
+		set = append(set, setHeader(HeaderScores, st.scores))
 	}
 	if st.s.opts.DebugHeaders {
 		set = append(set,

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -450,5 +451,39 @@ func TestConfiguredBodyModeNeedsNoInference(t *testing.T) {
 		if n := failures.Load(); n != 0 {
 			t.Fatalf("%s: %d of 200 streams failed", c.mode, n)
 		}
+	}
+}
+
+// TestScoresHeaderListsEveryWeighedCost: with routing.scores_header the
+// routed request carries every weighed endpoint's cost, the holder's lowest;
+// without it, no such header.
+func TestScoresHeaderListsEveryWeighedCost(t *testing.T) {
+	h := newHarness(t, harnessOptions{scores: true})
+	prompt := sharedPrefix + " what is the refund window"
+	h.ix.Store(h.eps[1].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
+	res := h.do(modes[0].cfg, completion(prompt))
+	got := res.Headers[HeaderScores]
+	costs := map[string]float64{}
+	for _, kv := range strings.Split(got, ",") {
+		name, v, ok := strings.Cut(kv, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			t.Fatalf("%s: %q is not name=ms", HeaderScores, got)
+		}
+		costs[name] = f
+	}
+	if len(costs) != len(h.eps) {
+		t.Fatalf("%s = %q: %d endpoints, want %d", HeaderScores, got, len(costs), len(h.eps))
+	}
+	for _, ep := range h.eps {
+		if ep.Name != h.eps[1].Name && costs[ep.Name] <= costs[h.eps[1].Name] {
+			t.Errorf("%s costs %v ms, not above the holder's %v ms", ep.Name, costs[ep.Name], costs[h.eps[1].Name])
+		}
+	}
+	if strings.Contains(got, "refund") {
+		t.Fatal("the scores header carries prompt text")
+	}
+	if plain := newHarness(t, harnessOptions{}).do(modes[0].cfg, completion(prompt)); plain.Headers[HeaderScores] != "" {
+		t.Fatalf("%s without scores_header: %q", HeaderScores, plain.Headers[HeaderScores])
 	}
 }

@@ -3,10 +3,16 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/dns"
+	"github.com/kvroute/kvroute/discovery/kube"
 )
 
 // poolSource is a discovered pool and the source that follows its engines.
@@ -33,12 +39,54 @@ func (s *Server) buildSources(met *discovery.Metrics) ([]poolSource, error) {
 				Pool: p.Name, Name: d.DNS.Name, Interval: d.DNS.Interval.Std(), Server: d.DNS.Server,
 				Logger: s.log, Metrics: met,
 			})})
+		case config.DiscoveryKubernetes:
+			k := &d.Kubernetes
+			rc, ns, err := kubeClientConfig(k, s.baseDir)
+			if err != nil {
+				return nil, fmt.Errorf("pools[%d] (%s).discovery.kubernetes: %w", i, p.Name, err)
+			}
+			src, err := kube.New(kube.Options{Pool: p.Name, Config: rc, Namespace: ns, LabelSelector: k.LabelSelector,
+				InferencePool: k.InferencePool, Logger: s.log, Metrics: met})
+			if err != nil {
+				return nil, fmt.Errorf("pools[%d] (%s).discovery.kubernetes: %w", i, p.Name, err)
+			}
+			out = append(out, poolSource{pool: p, met: met.For(p.Name, kube.SourceKind), src: src})
 		default:
-			return nil, fmt.Errorf("pools[%d] (%s): discovery kind %q is not supported by this build", i, p.Name, d.Kind)
+			return nil, fmt.Errorf("pools[%d] (%s): unknown discovery kind %q", i, p.Name, d.Kind)
 		}
 		s.log.Info("pool replicas come from discovery", "pool", p.Name, "kind", d.Kind)
 	}
 	return out, nil
+}
+
+// inClusterNamespace holds the namespace of a pod's service account.
+const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// kubeClientConfig is how a kubernetes source reaches its API server — the
+// kubeconfig file when one is named (relative to the config file), else the
+// pod's service account — and the namespace it watches: the configured one,
+// else kvroute's own (in cluster), else "default".
+func kubeClientConfig(k *config.KubernetesDiscovery, baseDir string) (*rest.Config, string, error) {
+	var rc *rest.Config
+	var err error
+	if k.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", resolve(baseDir, k.Kubeconfig))
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	ns := k.Namespace
+	if ns == "" {
+		ns = "default"
+		if b, err := os.ReadFile(inClusterNamespace); err == nil && k.Kubeconfig == "" {
+			if s := strings.TrimSpace(string(b)); s != "" && len(s) <= 253 {
+				ns = s
+			}
+		}
+	}
+	return rc, ns, nil
 }
 
 // runSource follows one pool's source until ctx ends: every set it reports

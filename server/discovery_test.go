@@ -1,15 +1,22 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/dnstest"
+	"github.com/kvroute/kvroute/internal/kubetest"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/tokenize"
 
@@ -125,5 +132,92 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKubernetesDiscoveredPoolFollowsPods: a pool whose engines are the
+// Ready pods of a label selector in a real API server (kubetest); kvroute
+// reaches it through a kubeconfig file, follows pods becoming ready and
+// being deleted, and routes by prefix to a discovered pod.
+func TestKubernetesDiscoveredPoolFollowsPods(t *testing.T) {
+	cluster := kubetest.Start(t)
+	ips := []string{"127.0.0.2", "127.0.0.3"}
+	httpPort, eventsPort := sharedPorts(t, ips...)
+	hostReplica(t, ips[0], httpPort, eventsPort)
+	b := hostReplica(t, ips[1], httpPort, eventsPort)
+
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: %q}}]
+contexts: [{name: test, context: {cluster: test, user: admin}}]
+current-context: test
+`, cluster.Config.Host, cluster.Config.BearerToken)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokDir := testdata.TokenizerDir(t, "qwen3")
+	doc := fmt.Sprintf(`listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+routing: {debug_headers: true}
+ingest: {scrape_interval: 100ms}
+pools:
+  - name: qwen
+    models: [qwen]
+    tokenizer: %q
+    block_size: %d
+    discovery:
+      kind: kubernetes
+      kubernetes: {namespace: default, label_selector: "app=vllm", kubeconfig: kubeconfig}
+      ports: {http: %d, events: %d}
+`, tokDir, blockSize, httpPort, eventsPort)
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	pods := cluster.Client.CoreV1().Pods("default")
+	ctx := context.Background()
+	readyPod := func(name, ip string) {
+		t.Helper()
+		p, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "vllm"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readyPod("vllm-0", ips[0])
+
+	s, err := New(Options{Config: cfg, BaseDir: dir, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, s)
+	waitUntil(t, "vllm-0 discovered", func() bool { return metricValue(t, s, "kvroute_replica_ranks", `pool="qwen"`) == 1 })
+
+	readyPod("vllm-1", ips[1])
+	waitUntil(t, "vllm-1 discovered", func() bool { return metricValue(t, s, "kvroute_replica_ranks", `pool="qwen"`) == 2 })
+	tok, err := tokenize.Load(tokDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := prose(20)
+	b.storeBlocks(t, tok.Encode(prompt, true))
+	route(t, c, "/v1/completions", `{"model":"qwen","prompt":`+strconv.Quote(prompt)+`,"max_tokens":4}`, "vllm-1")
+
+	zero := int64(0)
+	if err := pods.Delete(ctx, "vllm-1", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "vllm-1 left", func() bool {
+		_, ok := blocksOf(s, "vllm-1")
+		return !ok
+	})
+	if got := metricValue(t, s, "kvroute_discovery_targets", `source="kubernetes"`); got != 1 {
+		t.Errorf("kvroute_discovery_targets %v", got)
 	}
 }

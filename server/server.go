@@ -63,7 +63,8 @@ type Server struct {
 	// reloadMu serialises Reload; cfg is the running config.
 	reloadMu sync.Mutex
 	reload   *reloadMetrics
-	bind     bool // ingest.bind is set (a restart-only key)
+	bind     bool   // ingest.bind is set (a restart-only key)
+	baseDir  string // resolves relative paths of the config
 }
 
 // Panic components of kvroute_panics_total recovered here.
@@ -145,12 +146,13 @@ func New(opts Options) (*Server, error) {
 	ep := extproc.NewServer(router, extproc.Options{
 		BodyLimitBytes: cfg.Routing.BodyLimitBytes,
 		DebugHeaders:   cfg.Routing.DebugHeaders,
+		ScoresHeader:   cfg.Routing.ScoresHeader,
 		BodyMode:       cfg.Routing.BodyMode,
 		Logger:         log,
 		Metrics:        extproc.NewMetrics(reg),
 	})
 	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router,
-		fleet: newFleet(lay, reg), reload: newReloadMetrics(reg), bind: cfg.Ingest.Bind != ""}
+		fleet: newFleet(lay, reg), reload: newReloadMetrics(reg), bind: cfg.Ingest.Bind != "", baseDir: opts.BaseDir}
 	if s.sources, err = s.buildSources(discovery.NewMetrics(reg)); err != nil {
 		return nil, err
 	}

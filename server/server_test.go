@@ -113,10 +113,19 @@ func startServerBS(t *testing.T, bs int, reps ...*replica) (*Server, extprocv3.E
 // with an ext_proc client; it stops at cleanup.
 func runServer(t *testing.T, cfg *config.Config) (*Server, extprocv3.ExternalProcessorClient) {
 	t.Helper()
-	s, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := New(Options{Config: cfg, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, serve(t, s)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// serve runs s until the test ends, waits until it is ready and returns an
+// ext_proc client.
+func serve(t *testing.T, s *Server) extprocv3.ExternalProcessorClient {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
@@ -138,7 +147,7 @@ func runServer(t *testing.T, cfg *config.Config) (*Server, extprocv3.ExternalPro
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return s, extprocv3.NewExternalProcessorClient(conn)
+	return extprocv3.NewExternalProcessorClient(conn)
 }
 
 // route sends one request through a real ext_proc stream until the decision

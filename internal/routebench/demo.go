@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -209,12 +211,37 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 			return fmt.Errorf("%s: hit-rate cross-check: %w", r.Policy, err)
 		}
 	}
+	if err := demoExplain(ctx, o.Out, kvrouteBin, kcfg.Admin, dir, o.Model, reqs[len(reqs)-1]); err != nil {
+		return err
+	}
 	base, kvr := results[0], results[1]
 	if kvr.EngineHitRate() <= base.EngineHitRate() {
 		return fmt.Errorf("kvroute's prefix-cache hit rate %.1f %% does not beat round-robin's %.1f %%", 100*kvr.EngineHitRate(), 100*base.EngineHitRate())
 	}
 	fmt.Fprintf(o.Out, "\nkvroute beats round-robin: prefix-cache hit rate %.1f %% vs %.1f %%, TTFT p90 %s vs %s\n",
 		100*kvr.EngineHitRate(), 100*base.EngineHitRate(), ms(kvr.Percentile(0.9)), ms(base.Percentile(0.9)))
+	return nil
+}
+
+// demoExplain runs `kvroute explain` on one of the demo's requests against
+// the running kvroute and prints what it answers: the decision kvroute would
+// make for that request now, per candidate, without routing it.
+func demoExplain(ctx context.Context, out io.Writer, kvrouteBin, admin, dir, model string, r Request) error {
+	path, body := RequestBody(model, r)
+	bodyFile := filepath.Join(dir, "explain-request.json")
+	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	args := []string{"explain", "--admin", admin, "--path", path, "--body", bodyFile}
+	cmd := exec.CommandContext(ctx, kvrouteBin, args...)
+	answer, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kvroute explain: %w: %s", err, answer)
+	}
+	fmt.Fprintf(out, "\n$ kvroute %s   # the demo's last request, asked again: nothing is routed\n%s",
+		strings.Join(args, " "), answer)
 	return nil
 }
 
