@@ -22,7 +22,30 @@ type Config struct {
 	Index   Index   `yaml:"index"`
 	Routing Routing `yaml:"routing"`
 	Ingest  Ingest  `yaml:"ingest"`
+	Tracing Tracing `yaml:"tracing"`
 	Pools   []Pool  `yaml:"pools"`
+}
+
+// Tracing protocols for tracing.protocol.
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http"
+)
+
+// Tracing exports OpenTelemetry spans of every routing decision over OTLP;
+// off while Endpoint is "".
+type Tracing struct {
+	// Endpoint is the collector's host:port (OTLP/gRPC, usually :4317) or,
+	// for protocol http, host:port or a URL (usually :4318).
+	Endpoint string `yaml:"endpoint"`
+	Protocol string `yaml:"protocol"`
+	// Insecure sends in plaintext (a collector sidecar on loopback).
+	Insecure bool `yaml:"insecure"`
+	// SampleRatio of traces started here that are recorded; a request whose
+	// incoming traceparent is sampled (or not) follows its parent.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// ServiceName is the service.name resource attribute.
+	ServiceName string `yaml:"service_name"`
 }
 
 // Listen says where kvroute serves.

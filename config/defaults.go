@@ -35,11 +35,15 @@ const (
 	DefaultScrapeTimeout       = 2 * time.Second
 	// DefaultHealthInterval: a frozen engine is unroutable within one
 	// interval plus the 300 ms an unanswered probe is given (issue 15: 0.5 s).
-	DefaultHealthInterval   = 100 * time.Millisecond
-	DefaultHashAlgorithm    = "sha256"
-	DefaultDiscoveryKind    = DiscoveryStatic
-	DefaultDNSInterval      = 10 * time.Second
-	DefaultDataParallelSize = 1
+	DefaultHealthInterval = 100 * time.Millisecond
+	DefaultHashAlgorithm  = "sha256"
+	DefaultDiscoveryKind  = DiscoveryStatic
+	DefaultDNSInterval    = 10 * time.Second
+
+	DefaultTracingProtocol    = TracingGRPC
+	DefaultTracingSampleRatio = 1.0
+	DefaultTracingServiceName = "kvroute"
+	DefaultDataParallelSize   = 1
 	// DefaultMaxMessageBytes: vLLM publishes one batch per scheduler step. A
 	// 1M-token prefill at block size 16 stores ≈ 5.9 MB (5-byte token ids,
 	// 9-byte hashes) and may evict as many blocks, ≈ 4.2 MB of one-hash
@@ -55,6 +59,8 @@ func Default() Config {
 	return Config{
 		Listen: Listen{ExtProc: DefaultExtProcListen, Admin: DefaultAdminListen},
 		Log:    Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Tracing: Tracing{Protocol: DefaultTracingProtocol, SampleRatio: DefaultTracingSampleRatio,
+			ServiceName: DefaultTracingServiceName},
 		Index: Index{
 			TTL:            Duration(DefaultIndexTTL),
 			MaxEntries:     DefaultMaxEntries,

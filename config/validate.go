@@ -98,6 +98,16 @@ func (c *Config) Validate() error {
 	if c.Ingest.HealthInterval < 0 {
 		v.fail("ingest.health_interval", "%s must not be negative", c.Ingest.HealthInterval)
 	}
+	v.oneOf("tracing.protocol", c.Tracing.Protocol, TracingGRPC, TracingHTTP)
+	if !(c.Tracing.SampleRatio >= 0 && c.Tracing.SampleRatio <= 1) {
+		v.fail("tracing.sample_ratio", "%g is not within 0..1", c.Tracing.SampleRatio)
+	}
+	if c.Tracing.Endpoint != "" && len(c.Tracing.Endpoint) > maxPathBytes {
+		v.fail("tracing.endpoint", "is longer than %d bytes", maxPathBytes)
+	}
+	if c.Tracing.ServiceName == "" || len(c.Tracing.ServiceName) > 256 {
+		v.fail("tracing.service_name", "must hold 1..256 bytes")
+	}
 	if len(c.Pools) == 0 {
 		v.fail("pools", "at least one pool is needed")
 	}

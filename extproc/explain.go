@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvroute/kvroute/index"
 )
@@ -105,12 +106,18 @@ func (f *Figure) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// recorder collects what one decision weighed; every method is a no-op on a
-// nil recorder (Decide's path).
+// recorder collects what one decision weighed (explain: the candidates)
+// and when each of its steps ended (trace); every method is a no-op on a nil
+// recorder (Decide's path).
 type recorder struct {
+	explain      bool
 	cands        []ExplainCandidate
 	promptTokens int
 	blockSize    int
+
+	trace bool
+	start time.Time
+	marks [numSteps]time.Time // zero: the step did not run
 }
 
 func (rec *recorder) reset() {
@@ -119,9 +126,16 @@ func (rec *recorder) reset() {
 	}
 }
 
+// mark notes that step just ended.
+func (rec *recorder) mark(step int) {
+	if rec != nil && rec.trace {
+		rec.marks[step] = time.Now()
+	}
+}
+
 // add records endpoint ep as eligible until told otherwise and returns its slot.
 func (rec *recorder) add(ep *Endpoint) int {
-	if rec == nil {
+	if rec == nil || !rec.explain {
 		return -1
 	}
 	rec.cands = append(rec.cands, ExplainCandidate{Name: ep.Name, Address: ep.Address, DPRank: ep.DPRank, Healthy: true, Eligible: true, ep: ep})
@@ -131,7 +145,7 @@ func (rec *recorder) add(ep *Endpoint) int {
 // ineligible marks slot's endpoint as not weighed, and why; an endpoint
 // outside the subset hint was not looked up, so its health is unknown.
 func (rec *recorder) ineligible(slot int, why string) {
-	if rec == nil {
+	if rec == nil || !rec.explain {
 		return
 	}
 	c := &rec.cands[slot]
@@ -141,7 +155,7 @@ func (rec *recorder) ineligible(slot int, why string) {
 
 // weigh records candidate c's held prefix, uncached tokens and cost.
 func (rec *recorder) weigh(r *Router, c *candidate, held index.Match, uncached, cost float64) {
-	if rec == nil {
+	if rec == nil || !rec.explain {
 		return
 	}
 	e := &rec.cands[c.slot]
@@ -155,11 +169,8 @@ func (rec *recorder) weigh(r *Router, c *candidate, held index.Match, uncached, 
 	e.UncachedTokens, e.Cost = Figure(max(uncached, 0)), Figure(cost)
 }
 
-// DecideScored is Decide, also returning every weighed endpoint's cost as
-// HeaderScores carries it ("" when nothing was weighed).
-func (r *Router) DecideScored(path string, body []byte, subset map[string]bool) (Decision, string) {
-	rec := &recorder{}
-	d := r.decide(path, body, subset, rec)
+// scores formats the weighed candidates' costs as HeaderScores carries them.
+func (rec *recorder) scores() string {
 	var b strings.Builder
 	for _, c := range rec.cands {
 		if !c.Weighed {
@@ -176,7 +187,7 @@ func (r *Router) DecideScored(path string, body []byte, subset map[string]bool) 
 			b.WriteString(strconv.FormatFloat(ms, 'g', 3, 64))
 		}
 	}
-	return d, b.String()
+	return b.String()
 }
 
 // Explain runs Decide's decision for a request without routing it: nothing
@@ -185,7 +196,7 @@ func (r *Router) DecideScored(path string, body []byte, subset map[string]bool) 
 // costs are broken at random as in Decide, so a tied pick may differ between
 // calls.
 func (r *Router) Explain(path string, body []byte) Explanation {
-	rec := &recorder{}
+	rec := &recorder{explain: true}
 	d := r.decide(path, body, nil, rec)
 	x := Explanation{
 		Pool: d.Pool, PromptTokens: max(d.PromptTokens, rec.promptTokens), PromptBlocks: len(d.Keys), BlockSize: rec.blockSize,

@@ -259,6 +259,7 @@ func (r *Router) decide(path string, body []byte, subset map[string]bool, rec *r
 		return r.byLoad(p, subset, ReasonNoBody, nil, rec)
 	}
 	req, err := ParseRequest(path, body, r.o().Limits)
+	rec.mark(stepParse)
 	if req == nil {
 		// Not a JSON object: no model, so no pool.
 		return r.failOpen(nil, subset, ReasonBadJSON, 400, err, rec)
@@ -288,7 +289,8 @@ func (r *Router) decide(path string, body []byte, subset map[string]bool, rec *r
 	}
 	defer r.release(len(body))
 	idBuf := r.ids.Get().(*[]int)
-	ids, reason, err := r.tokens(p, req, (*idBuf)[:0])
+	ids, reason, err := r.tokens(p, req, (*idBuf)[:0], rec)
+	rec.mark(stepTokenize)
 	defer func() {
 		// ids are dead once the keys are computed (the caches copy them).
 		if cap(ids) <= maxPooledIDs {
@@ -335,6 +337,7 @@ func (r *Router) decideIDs(p *pool, lora, salt string, ids []int, subset map[str
 		rec.blockSize = k.BlockSize
 	}
 	keys, err := blockKeys(k, p.Keys.EngineKeys(), make([]index.BlockKey, 0, len(ids)/k.BlockSize), ids, blockhash.RequestKeys{LoRAName: lora, CacheSalt: salt})
+	rec.mark(stepKeys)
 	if err != nil {
 		return r.failOpen(p, subset, ReasonHashError, 500, err, rec)
 	}
@@ -369,7 +372,7 @@ func (r *Router) release(n int) {
 
 // tokens returns the request's prompt token ids, or a reason to route by load.
 // buf is an empty buffer the ids may be appended to.
-func (r *Router) tokens(p *pool, req *Request, buf []int) ([]int, string, error) {
+func (r *Router) tokens(p *pool, req *Request, buf []int, rec *recorder) ([]int, string, error) {
 	var ids []int
 	switch req.Kind {
 	case KindCompletion:
@@ -388,6 +391,7 @@ func (r *Router) tokens(p *pool, req *Request, buf []int) ([]int, string, error)
 			return nil, ReasonNoTokenizer, nil
 		}
 		text, err := p.Chat.RenderChat(req.Body)
+		rec.mark(stepTemplate)
 		if err != nil {
 			// Template errors can quote the messages (raise_exception, an
 			// unknown content type): keep their length only.
@@ -637,6 +641,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	mp := r.matches.Get().(*[]index.Match)
 	defer r.matches.Put(mp)
 	matches := r.ix.LookupRoute(p.ID, keys, (*mp)[:0])
+	rec.mark(stepLookup)
 	*mp = matches[:0]
 	if len(matches) == 0 {
 		return r.place(p, subset, ReasonNoHit, nil, keys, promptTokens, rec)

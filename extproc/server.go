@@ -14,6 +14,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -29,6 +30,9 @@ type Options struct {
 	// ScoresHeader adds HeaderScores (every weighed endpoint's cost) to
 	// routed requests; the decision then records what it weighs.
 	ScoresHeader bool
+	// Tracer, when set, records every decision as a span tree joined to the
+	// request's traceparent (nil: tracing off, nothing recorded).
+	Tracer trace.Tracer
 	// BodyMode is config.Routing.BodyMode: "buffered" (or empty),
 	// "full_duplex" or "auto". Envoy's protocol_config, when it sends one,
 	// overrides it for that stream.
@@ -412,12 +416,22 @@ func (st *stream) decide(body []byte) (d Decision) {
 	defer st.s.m.panics.Recover(panicDecide, st.s.log, func(err error) {
 		d = st.s.router.failOpen(nil, st.subset, ReasonInternalError, 500, err, nil)
 	})
-	if st.s.opts.ScoresHeader {
-		d, scores := st.s.router.DecideScored(st.path, body, st.subset)
-		st.scores = scores
-		return d
+	scores, tracing := st.s.opts.ScoresHeader, st.s.opts.Tracer != nil
+	if !scores && !tracing {
+		return st.s.router.Decide(st.path, body, st.subset)
 	}
-	return st.s.router.Decide(st.path, body, st.subset)
+	rec := &recorder{explain: scores, trace: tracing}
+	if tracing {
+		rec.start = time.Now()
+	}
+	d = st.s.router.decide(st.path, body, st.subset, rec)
+	if scores {
+		st.scores = rec.scores()
+	}
+	if tracing {
+		st.traceDecision(rec, &d, len(body))
+	}
+	return d
 }
 
 // streamBody sends body back to Envoy in ≤ 62,000-byte streamed_response

@@ -65,6 +65,8 @@ type Server struct {
 	reload   *reloadMetrics
 	bind     bool   // ingest.bind is set (a restart-only key)
 	baseDir  string // resolves relative paths of the config
+	// stopTracing flushes and stops the span exporter (nil: tracing off).
+	stopTracing func(context.Context) error
 }
 
 // Panic components of kvroute_panics_total recovered here.
@@ -143,7 +145,16 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	tracer, stopTracing, err := newTracer(cfg.Tracing)
+	if err != nil {
+		return nil, err
+	}
+	if tracer != nil {
+		log.Info("tracing decisions over OTLP", "endpoint", cfg.Tracing.Endpoint, "protocol", cfg.Tracing.Protocol,
+			"sample_ratio", cfg.Tracing.SampleRatio)
+	}
 	ep := extproc.NewServer(router, extproc.Options{
+		Tracer:         tracer,
 		BodyLimitBytes: cfg.Routing.BodyLimitBytes,
 		DebugHeaders:   cfg.Routing.DebugHeaders,
 		ScoresHeader:   cfg.Routing.ScoresHeader,
@@ -152,7 +163,8 @@ func New(opts Options) (*Server, error) {
 		Metrics:        extproc.NewMetrics(reg),
 	})
 	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router,
-		fleet: newFleet(lay, reg), reload: newReloadMetrics(reg), bind: cfg.Ingest.Bind != "", baseDir: opts.BaseDir}
+		fleet: newFleet(lay, reg), reload: newReloadMetrics(reg), bind: cfg.Ingest.Bind != "", baseDir: opts.BaseDir,
+		stopTracing: stopTracing}
 	if s.sources, err = s.buildSources(discovery.NewMetrics(reg)); err != nil {
 		return nil, err
 	}
@@ -240,6 +252,13 @@ func (s *Server) Run(ctx context.Context) error {
 		c()
 	}
 	wg.Wait()
+	if s.stopTracing != nil {
+		sctx, c := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+		if err := s.stopTracing(sctx); err != nil {
+			s.log.Warn("tracing: spans not flushed at shutdown", "err", err)
+		}
+		c()
+	}
 	return nil
 }
 
