@@ -49,6 +49,10 @@ type reloadMetrics struct {
 	info        *prometheus.GaugeVec
 }
 
+// NewReloadMetrics registers the config-reload series (New does; the
+// dashboard test walks them).
+func NewReloadMetrics(reg prometheus.Registerer) { newReloadMetrics(reg) }
+
 func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
 	m := &reloadMetrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_config_reloads_total",

@@ -50,15 +50,20 @@ type liveReplica struct {
 	ranks []rankLayout
 }
 
+// NewFleetMetrics registers the replica-set series (New does; the dashboard
+// test walks them).
+func NewFleetMetrics(reg prometheus.Registerer) (changes *prometheus.CounterVec, ranks *prometheus.GaugeVec) {
+	changes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_replica_changes_total",
+		Help: "Replicas that joined, left or were replaced (same name, new engine) in a pool's replica set."}, []string{"pool", "change"})
+	ranks = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_replica_ranks",
+		Help: "Routable replica ranks (replicas × data-parallel size) in each pool."}, []string{"pool"})
+	reg.MustRegister(changes, ranks)
+	return changes, ranks
+}
+
 func newFleet(lay layout, reg prometheus.Registerer) *fleet {
-	f := &fleet{
-		pools: map[string]*livePool{},
-		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_replica_changes_total",
-			Help: "Replicas that joined, left or were replaced (same name, new engine) in a pool's replica set."}, []string{"pool", "change"}),
-		ranks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_replica_ranks",
-			Help: "Routable replica ranks (replicas × data-parallel size) in each pool."}, []string{"pool"}),
-	}
-	reg.MustRegister(f.changes, f.ranks)
+	f := &fleet{pools: map[string]*livePool{}}
+	f.changes, f.ranks = NewFleetMetrics(reg)
 	for _, pl := range lay {
 		lp := &livePool{cfg: pl.cfg, id: pl.id}
 		for _, rl := range pl.ranks {

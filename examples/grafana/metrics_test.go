@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
@@ -48,6 +49,9 @@ func kvrouteMetrics() (map[string][]string, error) {
 	rec := &recorder{}
 	extproc.NewMetrics(rec)
 	server.NewAdminMetrics(rec)
+	server.NewFleetMetrics(rec)
+	server.NewReloadMetrics(rec)
+	discovery.NewMetrics(rec)
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, Registerer: rec})
 	cfg, err := config.Parse([]byte(`
 pools:
