@@ -3,6 +3,8 @@ package ingest
 import (
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/kvroute/kvroute/blockhash"
 )
 
@@ -21,6 +23,7 @@ func TestReplicaJoinsAndLeavesWhileRunning(t *testing.T) {
 	pub1 := newPublisher(t, "kv", 100)
 	publish(t, pub1, st[stepPrompt])
 	pid, _ := h.ix.PoolByName("p")
+	before := goleak.IgnoreCurrent() // every goroutine r1 starts must be gone after RemoveReplica
 	r1, err := h.ix.AddReplica(pid, "r1")
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +46,9 @@ func TestReplicaJoinsAndLeavesWhileRunning(t *testing.T) {
 	}
 
 	h.mgr.RemoveReplica("p", "r1")
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("goroutines of the removed replica still run: %v", err)
+	}
 	for _, rs := range h.mgr.allRanks() {
 		if rs.name == "r1" {
 			t.Fatal("r1 still listed after RemoveReplica")
