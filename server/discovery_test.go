@@ -83,20 +83,8 @@ func TestDNSDiscoveredPoolFollowsTheRecords(t *testing.T) {
 	z.Set(ips[0])
 
 	tokDir := testdata.TokenizerDir(t, "qwen3")
-	doc := fmt.Sprintf(`listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
-routing: {debug_headers: true}
-ingest: {scrape_interval: 100ms}
-pools:
-  - name: qwen
-    models: [qwen]
-    tokenizer: %q
-    block_size: %d
-    discovery: {kind: dns, dns: {name: vllm.kvroute.test., interval: 100ms, server: %q}, ports: {http: %d, events: %d}}
-`, tokDir, blockSize, z.Addr(), httpPort, eventsPort)
-	cfg, err := config.Parse([]byte(doc))
-	if err != nil {
-		t.Fatalf("%v\n%s", err, doc)
-	}
+	cfg := discoveredPool(t, tokDir, fmt.Sprintf("{kind: dns, dns: {name: vllm.kvroute.test., interval: 100ms, server: %q}, ports: {http: %d, events: %d}}",
+		z.Addr(), httpPort, eventsPort))
 	s, c := runServer(t, cfg)
 	waitUntil(t, "one replica discovered", func() bool { return metricValue(t, s, "kvroute_replica_ranks", `pool="qwen"`) == 1 })
 
@@ -158,23 +146,8 @@ current-context: test
 		t.Fatal(err)
 	}
 	tokDir := testdata.TokenizerDir(t, "qwen3")
-	doc := fmt.Sprintf(`listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
-routing: {debug_headers: true}
-ingest: {scrape_interval: 100ms}
-pools:
-  - name: qwen
-    models: [qwen]
-    tokenizer: %q
-    block_size: %d
-    discovery:
-      kind: kubernetes
-      kubernetes: {namespace: default, label_selector: "app=vllm", kubeconfig: kubeconfig}
-      ports: {http: %d, events: %d}
-`, tokDir, blockSize, httpPort, eventsPort)
-	cfg, err := config.Parse([]byte(doc))
-	if err != nil {
-		t.Fatalf("%v\n%s", err, doc)
-	}
+	cfg := discoveredPool(t, tokDir, fmt.Sprintf(`{kind: kubernetes, kubernetes: {namespace: default, label_selector: "app=vllm", kubeconfig: kubeconfig}, ports: {http: %d, events: %d}}`,
+		httpPort, eventsPort))
 	pods := cluster.Client.CoreV1().Pods("default")
 	ctx := context.Background()
 	readyPod := func(name, ip string) {
@@ -220,4 +193,26 @@ pools:
 	if got := metricValue(t, s, "kvroute_discovery_targets", `source="kubernetes"`); got != 1 {
 		t.Errorf("kvroute_discovery_targets %v", got)
 	}
+}
+
+// discoveredPool is the config of one pool "qwen" (model qwen, the given
+// tokenizer, block_size blockSize) whose pools[0].discovery is the YAML
+// flow mapping discovery.
+func discoveredPool(t *testing.T, tokDir, discovery string) *config.Config {
+	t.Helper()
+	doc := fmt.Sprintf(`listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+routing: {debug_headers: true}
+ingest: {scrape_interval: 100ms}
+pools:
+  - name: qwen
+    models: [qwen]
+    tokenizer: %q
+    block_size: %d
+    discovery: %s
+`, tokDir, blockSize, discovery)
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	return cfg
 }
