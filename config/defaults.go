@@ -19,7 +19,7 @@ const (
 	DefaultSpeculativeTTL      = 2 * time.Second
 	DefaultPrefillTokensPerSec = 10000
 	DefaultForeignRequestToks  = 1024
-	DefaultDecodeInterference  = 10 * time.Millisecond
+	DefaultDecodeInterference  = 0 * time.Millisecond
 	DefaultKVUsageCeiling      = 0.98
 	DefaultKVFullPenalty       = 500 * time.Millisecond
 	DefaultPlacementSlack      = 0.0
