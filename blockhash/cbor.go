@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // CBOR as cbor2.dumps(obj, canonical=True) writes the shapes vLLM hashes
@@ -105,7 +106,7 @@ func appendCBORLegacyBlock[T Token](b []byte, parent uint64, tokens []T, extra [
 // token ids of mixed widths would make appendCBORHead's branches mispredict.
 func appendCBORTokens[T Token](b []byte, tokens []T) []byte {
 	b = appendCBORHead(b, cborArray, uint64(len(tokens)))
-	w := slices.Grow(b, 5*len(tokens)+8)
+	w := slices.Grow(b, 5*len(tokens)+16)
 	n, all := putCBORUints(w[:cap(w)], len(b), tokens)
 	if all > math.MaxUint32 {
 		return appendCBORUints(b, tokens)
@@ -114,9 +115,20 @@ func appendCBORTokens[T Token](b []byte, tokens []T) []byte {
 }
 
 // putCBORUints writes the tokens from w[n:] as appendCBORTokens describes,
-// ids of 2^32 or more wrongly; it returns the end and the OR of all ids.
+// ids of 2^32 or more wrongly; it returns the end and the OR of all ids (of
+// their upper halves, for the ids written with SSE). 64-bit ids go four at a
+// time through putCBORUintsSSE where the CPU has it.
 func putCBORUints[T Token](w []byte, n int, tokens []T) (int, uint64) {
 	var all uint64
+	if q := len(tokens) &^ 3; useCBORSSE && unsafe.Sizeof(*new(T)) == 8 && q > 0 && len(w)-n >= 5*q+16 {
+		ids := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(tokens))), q)
+		written, high := putCBORUintsSSE(&w[n], ids, &cborPairs)
+		n += written
+		if high != 0 {
+			all = 1 << 32
+		}
+		tokens = tokens[q:]
+	}
 	for _, t := range tokens {
 		all |= uint64(t)
 		x := uint32(t)
@@ -130,6 +142,41 @@ func putCBORUints[T Token](w []byte, n int, tokens []T) (int, uint64) {
 	}
 	return n, all
 }
+
+// cborPairTable drives putCBORUintsSSE. For two ids of classes c0 and c1
+// (0: below 24, 1: below 256, 2: below 65536, 3: below 2^32), entry
+// c0+4*c1 holds the PSHUFB mask that writes both from a source register
+// holding the two ids little-endian in bytes 0..7 and the heads 0x18, 0x19,
+// 0x1a in bytes 8..10, and the number of bytes written.
+type cborPairTable struct {
+	masks [16][16]byte
+	lens  [16]uint8
+}
+
+var cborPairs = func() (t cborPairTable) {
+	// encode lists the source bytes of an id of class c at byte base.
+	encode := func(c, base byte) []byte {
+		switch c {
+		case 0:
+			return []byte{base}
+		case 1:
+			return []byte{8, base}
+		case 2:
+			return []byte{9, base + 1, base}
+		default:
+			return []byte{10, base + 3, base + 2, base + 1, base}
+		}
+	}
+	for key := range t.masks {
+		m := append(encode(byte(key%4), 0), encode(byte(key/4), 4)...)
+		t.lens[key] = uint8(len(m))
+		for i := range t.masks[key] {
+			t.masks[key][i] = 0x80 // PSHUFB writes zero
+		}
+		copy(t.masks[key][:], m)
+	}
+	return t
+}()
 
 // cborUintWidth is how appendCBORTokens writes an id below 2^32.
 type cborUintWidth struct {

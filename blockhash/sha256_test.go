@@ -3,6 +3,7 @@ package blockhash
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -128,10 +129,24 @@ func FuzzSum256(f *testing.F) {
 	})
 }
 
-// TestCBORTokensMatchHeads checks the table-driven token writer against
-// appendCBORHead at every width boundary, for each token type, and falls back
-// for ids of 2^32 and more (and negative ones, which uint64 makes huge).
+// TestCBORTokensMatchHeads checks the token writers (the SSE one where the
+// CPU has it, the table-driven scalar one) against appendCBORHead at every
+// width boundary, for each token type, and the fallback for ids of 2^32 and
+// more (and negative ones, which uint64 makes huge).
 func TestCBORTokensMatchHeads(t *testing.T) {
+	saved := useCBORSSE
+	t.Cleanup(func() { useCBORSSE = saved })
+	for _, sse := range []bool{false, true} {
+		if sse && !saved {
+			t.Log("no SSE token writer in this build or on this CPU")
+			continue
+		}
+		useCBORSSE = sse
+		t.Run(fmt.Sprintf("sse=%v", sse), testCBORTokensMatchHeads)
+	}
+}
+
+func testCBORTokensMatchHeads(t *testing.T) {
 	edges := []uint64{0, 1, 15, 16, 23, 24, 31, 32, 255, 256, 65535, 65536, 1<<24 - 1, 1 << 24, 1<<31 - 1, 1 << 31, 1<<32 - 1}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 2000 {
@@ -164,8 +179,8 @@ func TestCBORTokensMatchHeads(t *testing.T) {
 	}
 	big := []uint64{7, 1 << 32, 300, 1<<64 - 1}
 	check("2^32 and more", appendCBORTokens([]byte{0xaa}, big), heads(big))
-	neg := []int{5, -1}
-	check("negative", appendCBORTokens([]byte{0xaa}, neg), heads([]uint64{5, 1<<64 - 1}))
+	neg := []int{5, -1, 6, 7, 8}
+	check("negative", appendCBORTokens([]byte{0xaa}, neg), heads([]uint64{5, 1<<64 - 1, 6, 7, 8}))
 }
 
 // BenchmarkSum256_100B hashes a 100-byte message, the size of a sha256_cbor
