@@ -26,3 +26,19 @@ func TestSHANIDetectedWhereTheKernelSeesIt(t *testing.T) {
 	}
 	t.Skip("no flags line in /proc/cpuinfo")
 }
+
+// BenchmarkSHANIRounds_625Blocks is the floor under EngineKeys_10kTokens_SHA256CBOR:
+// 625 two-block messages (a 100-byte preimage, padded), each hashed with the
+// assembly into the parent bytes of the next, as the key chain does, with
+// no preimage to write.
+func BenchmarkSHANIRounds_625Blocks(b *testing.B) {
+	if !useSHANI {
+		b.Skip("no SHA extensions on this CPU")
+	}
+	msg := padSHA256(make([]byte, 100, 256))
+	for b.Loop() {
+		for range 625 {
+			sum256SHANI((*[32]byte)(msg[3:35]), msg)
+		}
+	}
+}
