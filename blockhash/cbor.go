@@ -100,10 +100,12 @@ func appendCBORLegacyBlock[T Token](b []byte, parent uint64, tokens []T, extra [
 	return appendCBORExtra(b, extra)
 }
 
-// appendCBORTokens writes tuple(tokens). Each id below 2^32 is one 8-byte
-// store of its head and big-endian value, zero-filled, of which the first 1,
-// 2, 3 or 5 bytes count. The width comes from a table, not from branches:
-// token ids of mixed widths would make appendCBORHead's branches mispredict.
+// appendCBORTokens writes tuple(tokens), each id as appendCBORHead would,
+// without its branches (token ids of mixed widths make them mispredict): one
+// 8-byte store per id below 2^32 of its head and big-endian value, zero-filled,
+// of which the first 1, 2, 3 or 5 bytes count, the width from a table; or with
+// SSE, 16 bytes per pair of ids. Ids of 2^32 or more (rare) take
+// appendCBORHead's path for the whole tuple.
 func appendCBORTokens[T Token](b []byte, tokens []T) []byte {
 	b = appendCBORHead(b, cborArray, uint64(len(tokens)))
 	w := slices.Grow(b, 5*len(tokens)+16)
@@ -115,12 +117,13 @@ func appendCBORTokens[T Token](b []byte, tokens []T) []byte {
 }
 
 // putCBORUints writes the tokens from w[n:] as appendCBORTokens describes,
-// ids of 2^32 or more wrongly; it returns the end and the OR of all ids (of
-// their upper halves, for the ids written with SSE). 64-bit ids go four at a
-// time through putCBORUintsSSE where the CPU has it.
+// ids of 2^32 or more wrongly; it returns the end and a value above 2^32-1
+// when there was such an id (the OR of the ids written one at a time).
+// 64-bit ids go four at a time through putCBORUintsSSE where the CPU has it.
 func putCBORUints[T Token](w []byte, n int, tokens []T) (int, uint64) {
 	var all uint64
 	if q := len(tokens) &^ 3; useCBORSSE && unsafe.Sizeof(*new(T)) == 8 && q > 0 && len(w)-n >= 5*q+16 {
+		// Every 8-byte Token type is a two's complement integer: read as uint64.
 		ids := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(tokens))), q)
 		written, high := putCBORUintsSSE(&w[n], ids, &cborPairs)
 		n += written

@@ -3,6 +3,7 @@ package blockhash
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -200,6 +201,23 @@ func BenchmarkSum256_100B(b *testing.B) {
 		for b.Loop() {
 			sum, _ := sum256(msg)
 			msg[0] = sum[0]
+		}
+	})
+}
+
+// FuzzCBORTokens compares the token writers with appendCBORHead on arbitrary
+// 64-bit ids, each shifted right by its own low bits so every width occurs.
+func FuzzCBORTokens(f *testing.F) {
+	f.Add([]byte{0xff, 0, 0, 0, 0, 0, 0, 0x20, 7, 1, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ids := make([]uint64, len(raw)/8)
+		for i := range ids {
+			v := binary.LittleEndian.Uint64(raw[8*i:])
+			ids[i] = v >> (v & 63)
+		}
+		want := appendCBORUints(appendCBORHead(nil, cborArray, uint64(len(ids))), ids)
+		if got := appendCBORTokens(nil, ids); !bytes.Equal(got, want) {
+			t.Fatalf("ids %v:\n got % x\nwant % x", ids, got, want)
 		}
 	})
 }
