@@ -1,6 +1,8 @@
 package blockhash
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"testing"
 )
@@ -55,7 +57,8 @@ func BenchmarkTokenKeys_10kTokens(b *testing.B) {
 }
 
 // FuzzChain builds chains from arbitrary tokens, block sizes, algorithms and
-// extra keys: no panic, and the request path equals block-by-block hashing.
+// extra keys: no panic, the request path equals block-by-block hashing, and
+// the SHA-256 digests equal crypto/sha256's of the preimage.
 func FuzzChain(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0, 23, 0, 0, 0, 24, 0, 0, 0}, uint8(4), uint8(1), "", "")
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0x80}, uint8(1), uint8(0), "sql-lora", "tenant-a")
@@ -89,6 +92,12 @@ func FuzzChain(f *testing.F) {
 			want, err := HashBlock(e, parent, toks[i*bs:(i+1)*bs], rk.blockExtra(extra[:0], i))
 			if err != nil || want != d {
 				t.Fatalf("block %d: chain %s, single %s (%v)", i, d.Hex(), want.Hex(), err)
+			}
+			if a == SHA256 || a == SHA256CBOR {
+				pre, _ := Preimage(e, nil, parent, toks[i*bs:(i+1)*bs], rk.blockExtra(extra[:0], i))
+				if sum := sha256.Sum256(pre); !bytes.Equal(sum[:], d.Bytes()) {
+					t.Fatalf("block %d: %s, crypto/sha256 %x", i, d.Hex(), sum)
+				}
 			}
 			parent = d
 		}

@@ -1,7 +1,6 @@
 package blockhash
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -67,7 +66,8 @@ func (e *Engine) rootHash(seed string) (Digest, error) {
 	if err != nil {
 		return Digest{}, err
 	}
-	return e.digest(b), nil
+	d, _ := e.digest(b)
+	return d, nil
 }
 
 // rootPreimage is the seed *string* in the algorithm's own serialization.
@@ -80,7 +80,10 @@ func (e *Engine) rootPreimage(b []byte, seed string) ([]byte, error) {
 	return finishPickle(appendPickleStr(b, seed), body)
 }
 
-func (e *Engine) digest(preimage []byte) Digest {
+// digest hashes preimage. The SHA-256 algorithms may write their padding into
+// preimage's spare capacity; the returned slice is its (possibly grown) backing
+// array for the next preimage.
+func (e *Engine) digest(preimage []byte) (Digest, []byte) {
 	var d Digest
 	switch e.algo {
 	case XXHash, XXHashCBOR:
@@ -90,14 +93,15 @@ func (e *Engine) digest(preimage []byte) Digest {
 		binary.BigEndian.PutUint64(d.b[8:16], h.Lo)
 		d.n = 16
 	case SHA256CBOR64Bit:
-		sum := sha256.Sum256(preimage)
+		var sum [32]byte
+		sum, preimage = sum256(preimage)
 		copy(d.b[:8], sum[24:32])
 		d.n = 8
 	default:
-		d.b = sha256.Sum256(preimage)
+		d.b, preimage = sum256(preimage)
 		d.n = 32
 	}
-	return d
+	return d, preimage
 }
 
 // Preimage appends the exact bytes vLLM hashes for one block with the given
@@ -120,7 +124,8 @@ func HashBlock[T Token](e *Engine, parent Digest, tokens []T, extra []Value) (Di
 	if err != nil {
 		return Digest{}, err
 	}
-	return e.digest(b), nil
+	d, _ := e.digest(b)
+	return d, nil
 }
 
 // AppendDigests appends the digest of every full block of tokens, chained from
@@ -137,6 +142,9 @@ func AppendEventKeys[T Token](e *Engine, dst []uint64, tokens []T, rk RequestKey
 }
 
 func appendChain[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys, out func(Digest) H) ([]H, error) {
+	if e.algo == SHA256CBOR && useSHANI {
+		return appendChainSHANI(e, dst, tokens, rk, out), nil
+	}
 	var scratch [scratchLen]byte
 	var extraBuf [2]Value
 	buf := scratch[:0]
@@ -147,10 +155,31 @@ func appendChain[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys,
 		if err != nil {
 			return dst, fmt.Errorf("block %d: %w", i, err)
 		}
-		parent = e.digest(buf)
+		parent, buf = e.digest(buf)
 		dst = append(dst, out(parent))
 	}
 	return dst, nil
+}
+
+// appendChainSHANI is appendChain for sha256_cbor with the SHA extensions:
+// each preimage is padded and hashed in the buffer it was written in, with
+// no copy, and the digest is written straight over the parent bytes, the one
+// part of the next preimage that depends on it.
+func appendChainSHANI[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys, out func(Digest) H) []H {
+	var scratch [scratchLen]byte
+	var extraBuf [2]Value
+	buf := appendCBORBlockHead(scratch[:0], e.none.Bytes())
+	headLen := len(buf)
+	parent := headLen - e.none.Len()
+	for i := 0; (i+1)*e.blockSize <= len(tokens); i++ {
+		b := appendCBORTokens(buf[:headLen], tokens[i*e.blockSize:(i+1)*e.blockSize])
+		b = padSHA256(appendCBORExtra(b, rk.blockExtra(extraBuf[:0], i)))
+		d := (*[32]byte)(b[parent:headLen])
+		sum256SHANI(d, b)
+		dst = append(dst, out(Digest{b: *d, n: 32}))
+		buf = b
+	}
+	return dst
 }
 
 // CoarseView returns the hashes a KV-cache group with block size k*B publishes

@@ -88,19 +88,21 @@ func newTestEngine(t *testing.T, algo, seed string, blockSize int) *Engine {
 }
 
 func TestNoneHashMatchesVLLM(t *testing.T) {
-	for _, c := range loadHashVectors(t).NoneHashTable {
-		e := newTestEngine(t, c.Algo, c.Seed, 16)
-		pre, err := e.rootPreimage(nil, c.Seed)
-		if err != nil {
-			t.Fatal(err)
+	forEachSHA256(t, func(t *testing.T) {
+		for _, c := range loadHashVectors(t).NoneHashTable {
+			e := newTestEngine(t, c.Algo, c.Seed, 16)
+			pre, err := e.rootPreimage(nil, c.Seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := hex.EncodeToString(pre); got != c.PreimageHex {
+				t.Errorf("%s seed %q: preimage %s, want %s", c.Algo, c.Seed, got, c.PreimageHex)
+			}
+			if got := e.NoneHash().Hex(); got != c.DigestHex {
+				t.Errorf("%s seed %q: NONE_HASH %s, want %s", c.Algo, c.Seed, got, c.DigestHex)
+			}
 		}
-		if got := hex.EncodeToString(pre); got != c.PreimageHex {
-			t.Errorf("%s seed %q: preimage %s, want %s", c.Algo, c.Seed, got, c.PreimageHex)
-		}
-		if got := e.NoneHash().Hex(); got != c.DigestHex {
-			t.Errorf("%s seed %q: NONE_HASH %s, want %s", c.Algo, c.Seed, got, c.DigestHex)
-		}
-	}
+	})
 }
 
 func TestNoSeedIsRefused(t *testing.T) {
@@ -113,67 +115,69 @@ func TestNoSeedIsRefused(t *testing.T) {
 // byte for byte, the digest and the 64-bit event value; then the request path
 // (AppendDigests / AppendEventKeys) for the cases it covers (LoRA, salt).
 func TestBlockHashesMatchVLLM(t *testing.T) {
-	v := loadHashVectors(t)
-	for _, c := range v.Vectors {
-		t.Run(fmt.Sprintf("%s/%s/B%d", c.Case, c.Algo, c.BlockSize), func(t *testing.T) {
-			e := newTestEngine(t, c.Algo, c.Seed, c.BlockSize)
-			if got := e.NoneHash().Hex(); got != c.NoneHash.DigestHex {
-				t.Fatalf("NONE_HASH %s, want %s", got, c.NoneHash.DigestHex)
-			}
-			parent := e.NoneHash()
-			for _, b := range c.Blocks {
-				if b.ParentHex != nil && *b.ParentHex != parent.Hex() {
-					t.Fatalf("block %d: parent %s, want %s", b.Index, parent.Hex(), *b.ParentHex)
+	forEachSHA256(t, func(t *testing.T) {
+		v := loadHashVectors(t)
+		for _, c := range v.Vectors {
+			t.Run(fmt.Sprintf("%s/%s/B%d", c.Case, c.Algo, c.BlockSize), func(t *testing.T) {
+				e := newTestEngine(t, c.Algo, c.Seed, c.BlockSize)
+				if got := e.NoneHash().Hex(); got != c.NoneHash.DigestHex {
+					t.Fatalf("NONE_HASH %s, want %s", got, c.NoneHash.DigestHex)
 				}
-				toks := c.Inputs.TokenIDs[b.TokenRange[0]:b.TokenRange[1]]
-				if fmt.Sprint(toks) != fmt.Sprint(b.TokenIDs) || b.TokenRange[0] != b.Index*c.BlockSize {
-					t.Fatalf("block %d: vector token range disagrees with block boundaries", b.Index)
+				parent := e.NoneHash()
+				for _, b := range c.Blocks {
+					if b.ParentHex != nil && *b.ParentHex != parent.Hex() {
+						t.Fatalf("block %d: parent %s, want %s", b.Index, parent.Hex(), *b.ParentHex)
+					}
+					toks := c.Inputs.TokenIDs[b.TokenRange[0]:b.TokenRange[1]]
+					if fmt.Sprint(toks) != fmt.Sprint(b.TokenIDs) || b.TokenRange[0] != b.Index*c.BlockSize {
+						t.Fatalf("block %d: vector token range disagrees with block boundaries", b.Index)
+					}
+					extra := extraKeys(t, b.ExtraKeys)
+					pre, err := Preimage(e, nil, parent, toks, extra)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := hex.EncodeToString(pre); got != b.PreimageHex {
+						t.Fatalf("block %d preimage:\n got %s\nwant %s", b.Index, got, b.PreimageHex)
+					}
+					d, err := HashBlock(e, parent, toks, extra)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Hex() != b.DigestHex || d.EventValue() != b.EventU64 {
+						t.Fatalf("block %d: digest %s / %d, want %s / %d", b.Index, d.Hex(), d.EventValue(), b.DigestHex, b.EventU64)
+					}
+					parent = d
 				}
-				extra := extraKeys(t, b.ExtraKeys)
-				pre, err := Preimage(e, nil, parent, toks, extra)
+				if c.Inputs.Embeds != nil || string(c.Inputs.MMFeatures) != "[]" {
+					return // the request path supplies only LoRA and salt
+				}
+				rk := RequestKeys{}
+				if c.Inputs.LoRAName != nil {
+					rk.LoRAName = *c.Inputs.LoRAName
+				}
+				if c.Inputs.CacheSalt != nil {
+					rk.CacheSalt = *c.Inputs.CacheSalt
+				}
+				ds, err := AppendDigests(e, nil, c.Inputs.TokenIDs, rk)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := hex.EncodeToString(pre); got != b.PreimageHex {
-					t.Fatalf("block %d preimage:\n got %s\nwant %s", b.Index, got, b.PreimageHex)
-				}
-				d, err := HashBlock(e, parent, toks, extra)
+				keys, err := AppendEventKeys(e, nil, c.Inputs.TokenIDs, rk)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d.Hex() != b.DigestHex || d.EventValue() != b.EventU64 {
-					t.Fatalf("block %d: digest %s / %d, want %s / %d", b.Index, d.Hex(), d.EventValue(), b.DigestHex, b.EventU64)
+				if len(ds) != len(c.Blocks) || len(keys) != len(c.Blocks) {
+					t.Fatalf("request path: %d digests, %d keys, want %d full blocks", len(ds), len(keys), len(c.Blocks))
 				}
-				parent = d
-			}
-			if c.Inputs.Embeds != nil || string(c.Inputs.MMFeatures) != "[]" {
-				return // the request path supplies only LoRA and salt
-			}
-			rk := RequestKeys{}
-			if c.Inputs.LoRAName != nil {
-				rk.LoRAName = *c.Inputs.LoRAName
-			}
-			if c.Inputs.CacheSalt != nil {
-				rk.CacheSalt = *c.Inputs.CacheSalt
-			}
-			ds, err := AppendDigests(e, nil, c.Inputs.TokenIDs, rk)
-			if err != nil {
-				t.Fatal(err)
-			}
-			keys, err := AppendEventKeys(e, nil, c.Inputs.TokenIDs, rk)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(ds) != len(c.Blocks) || len(keys) != len(c.Blocks) {
-				t.Fatalf("request path: %d digests, %d keys, want %d full blocks", len(ds), len(keys), len(c.Blocks))
-			}
-			for i, b := range c.Blocks {
-				if ds[i].Hex() != b.DigestHex || keys[i] != b.EventU64 {
-					t.Fatalf("request path block %d: %s / %d, want %s / %d", i, ds[i].Hex(), keys[i], b.DigestHex, b.EventU64)
+				for i, b := range c.Blocks {
+					if ds[i].Hex() != b.DigestHex || keys[i] != b.EventU64 {
+						t.Fatalf("request path block %d: %s / %d, want %s / %d", i, ds[i].Hex(), keys[i], b.DigestHex, b.EventU64)
+					}
 				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 func TestCoarseViewMatchesVLLM(t *testing.T) {
@@ -214,44 +218,46 @@ func TestCoarseViewMatchesVLLM(t *testing.T) {
 }
 
 func TestLegacySHA256CBOR64BitMatchesVLLM(t *testing.T) {
-	v := testdata.LoadLegacyHashVectors(t)
-	for _, c := range v.Vectors {
-		seed := c.Seed
-		e, err := NewEngine(SHA256CBOR64Bit, &seed, c.BlockSize)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := e.NoneHash().EventValue(); got != c.NoneU64 {
-			t.Fatalf("seed %q: NONE_HASH %d, want %d", seed, got, c.NoneU64)
-		}
-		var all []uint64
-		parent := e.NoneHash()
-		for i, b := range c.Blocks {
-			all = append(all, b.TokenIDs...)
-			pre, _ := Preimage(e, nil, parent, b.TokenIDs, extraKeys(t, b.ExtraKeys))
-			if got := hex.EncodeToString(pre); got != b.PreimageHex {
-				t.Fatalf("seed %q B%d block %d preimage:\n got %s\nwant %s", seed, c.BlockSize, i, got, b.PreimageHex)
+	forEachSHA256(t, func(t *testing.T) {
+		v := testdata.LoadLegacyHashVectors(t)
+		for _, c := range v.Vectors {
+			seed := c.Seed
+			e, err := NewEngine(SHA256CBOR64Bit, &seed, c.BlockSize)
+			if err != nil {
+				t.Fatal(err)
 			}
-			d, _ := HashBlock(e, parent, b.TokenIDs, extraKeys(t, b.ExtraKeys))
-			if d.EventValue() != b.HashU64 {
-				t.Fatalf("seed %q B%d block %d: %d, want %d", seed, c.BlockSize, i, d.EventValue(), b.HashU64)
+			if got := e.NoneHash().EventValue(); got != c.NoneU64 {
+				t.Fatalf("seed %q: NONE_HASH %d, want %d", seed, got, c.NoneU64)
 			}
-			parent = d
-		}
-		rk := RequestKeys{}
-		if c.CacheSalt != nil {
-			rk.CacheSalt = *c.CacheSalt
-		}
-		keys, err := AppendEventKeys(e, nil, all, rk)
-		if err != nil || len(keys) != len(c.Blocks) {
-			t.Fatalf("request path: %d keys, err %v", len(keys), err)
-		}
-		for i := range keys {
-			if keys[i] != c.Blocks[i].HashU64 {
-				t.Fatalf("request path block %d: %d, want %d", i, keys[i], c.Blocks[i].HashU64)
+			var all []uint64
+			parent := e.NoneHash()
+			for i, b := range c.Blocks {
+				all = append(all, b.TokenIDs...)
+				pre, _ := Preimage(e, nil, parent, b.TokenIDs, extraKeys(t, b.ExtraKeys))
+				if got := hex.EncodeToString(pre); got != b.PreimageHex {
+					t.Fatalf("seed %q B%d block %d preimage:\n got %s\nwant %s", seed, c.BlockSize, i, got, b.PreimageHex)
+				}
+				d, _ := HashBlock(e, parent, b.TokenIDs, extraKeys(t, b.ExtraKeys))
+				if d.EventValue() != b.HashU64 {
+					t.Fatalf("seed %q B%d block %d: %d, want %d", seed, c.BlockSize, i, d.EventValue(), b.HashU64)
+				}
+				parent = d
+			}
+			rk := RequestKeys{}
+			if c.CacheSalt != nil {
+				rk.CacheSalt = *c.CacheSalt
+			}
+			keys, err := AppendEventKeys(e, nil, all, rk)
+			if err != nil || len(keys) != len(c.Blocks) {
+				t.Fatalf("request path: %d keys, err %v", len(keys), err)
+			}
+			for i := range keys {
+				if keys[i] != c.Blocks[i].HashU64 {
+					t.Fatalf("request path block %d: %d, want %d", i, keys[i], c.Blocks[i].HashU64)
+				}
 			}
 		}
-	}
+	})
 }
 
 // TestSelfCheckDetectsWrongScheme recomputes a vector run under the right and

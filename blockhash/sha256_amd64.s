@@ -1,0 +1,193 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// SHA-256 (FIPS 180-4) with the x86 SHA extensions. Source of truth for the
+// instructions and the ABEF/CDGH state layout: Intel, "Intel SHA Extensions:
+// New Instructions Supporting the Secure Hash Algorithm on Intel Architecture
+// Processors" (July 2013).
+//
+// SHA256RNDS2 runs two rounds: it reads C,D,G,H from its destination, A,B,E,F
+// from its source and W[t]+K[t], W[t+1]+K[t+1] from the low half of X0, and
+// writes the new A,B,E,F to its destination. Two rounds later the old A,B,E,F
+// are exactly the new C,D,G,H, so two registers alternate roles.
+
+#define ABEF X1
+#define CDGH X2
+#define FLIP X8
+
+// ROUNDS4 runs rounds t..t+3 with the message words w = W[t..t+3]; off is
+// 4*t, the offset of K[t] in sha256K.
+#define ROUNDS4(w, off) \
+	MOVO        w, X0; \
+	PADDL       (off)(AX), X0; \
+	SHA256RNDS2 X0, ABEF, CDGH; \
+	PSHUFD      $0x0e, X0, X0; \
+	SHA256RNDS2 X0, CDGH, ABEF
+
+// SCHEDULE turns a = W[t-16..t-13] into W[t..t+3], given b = W[t-12..t-9],
+// c = W[t-8..t-5] and d = W[t-4..t-1]: MSG1 adds σ0, PALIGNR picks W[t-7..t-4],
+// MSG2 adds σ1 (which needs W[t..t+1] for W[t+2..t+3], hence the instruction).
+#define SCHEDULE(a, b, c, d) \
+	SHA256MSG1 b, a; \
+	MOVO       d, X7; \
+	PALIGNR    $4, c, X7; \
+	PADDL      X7, a; \
+	SHA256MSG2 d, a
+
+// BLOCK12 is rounds 16..63 after the first 16: twelve groups of four.
+#define BLOCK12 \
+	SCHEDULE(X3, X4, X5, X6); ROUNDS4(X3, 64); \
+	SCHEDULE(X4, X5, X6, X3); ROUNDS4(X4, 80); \
+	SCHEDULE(X5, X6, X3, X4); ROUNDS4(X5, 96); \
+	SCHEDULE(X6, X3, X4, X5); ROUNDS4(X6, 112); \
+	SCHEDULE(X3, X4, X5, X6); ROUNDS4(X3, 128); \
+	SCHEDULE(X4, X5, X6, X3); ROUNDS4(X4, 144); \
+	SCHEDULE(X5, X6, X3, X4); ROUNDS4(X5, 160); \
+	SCHEDULE(X6, X3, X4, X5); ROUNDS4(X6, 176); \
+	SCHEDULE(X3, X4, X5, X6); ROUNDS4(X3, 192); \
+	SCHEDULE(X4, X5, X6, X3); ROUNDS4(X4, 208); \
+	SCHEDULE(X5, X6, X3, X4); ROUNDS4(X5, 224); \
+	SCHEDULE(X6, X3, X4, X5); ROUNDS4(X6, 240)
+
+// func sum256SHANI(out *[32]byte, padded []byte)
+// padded is a whole padded message: len(padded) is a positive multiple of 64.
+TEXT ·sum256SHANI(SB), NOSPLIT, $0-32
+	MOVQ  out+0(FP), DI
+	MOVQ  padded_base+8(FP), SI
+	MOVQ  padded_len+16(FP), DX
+	SHRQ  $6, DX                 // DX = number of 64-byte blocks
+	LEAQ  sha256K<>(SB), AX
+	MOVOU sha256Flip<>(SB), FLIP
+	MOVOU sha256IVABEF<>(SB), ABEF
+	MOVOU sha256IVCDGH<>(SB), CDGH
+
+block:
+	MOVO   ABEF, X9              // keep the chaining value for the final addition
+	MOVO   CDGH, X10
+	MOVOU  0(SI), X3             // W[0..15], big-endian words
+	PSHUFB FLIP, X3
+	MOVOU  16(SI), X4
+	PSHUFB FLIP, X4
+	MOVOU  32(SI), X5
+	PSHUFB FLIP, X5
+	MOVOU  48(SI), X6
+	PSHUFB FLIP, X6
+	ROUNDS4(X3, 0)
+	ROUNDS4(X4, 16)
+	ROUNDS4(X5, 32)
+	ROUNDS4(X6, 48)
+	BLOCK12
+	PADDL  X9, ABEF
+	PADDL  X10, CDGH
+	ADDQ   $64, SI
+	DECQ   DX
+	JNZ    block
+
+	// ABEF = [F E B A], CDGH = [H G D C] (lowest lane first) back to
+	// [A B C D], [E F G H], then each word big-endian.
+	PSHUFD  $0x1b, ABEF, ABEF    // [A B E F]
+	PSHUFD  $0xb1, CDGH, CDGH    // [G H C D]
+	MOVO    ABEF, X7
+	PBLENDW $0xf0, CDGH, ABEF    // [A B C D]
+	PALIGNR $8, X7, CDGH         // [E F G H]
+	PSHUFB  FLIP, ABEF
+	PSHUFB  FLIP, CDGH
+	MOVOU   ABEF, 0(DI)
+	MOVOU   CDGH, 16(DI)
+	RET
+
+// func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL subleaf+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// PSHUFB mask reversing the bytes of each 32-bit lane.
+DATA sha256Flip<>+0(SB)/8, $0x0405060700010203
+DATA sha256Flip<>+8(SB)/8, $0x0c0d0e0f08090a0b
+GLOBL sha256Flip<>(SB), RODATA|NOPTR, $16
+
+// The initial hash value H(0) in the SHA256RNDS2 layout: [F E B A], [H G D C].
+DATA sha256IVABEF<>+0(SB)/4, $0x9b05688c
+DATA sha256IVABEF<>+4(SB)/4, $0x510e527f
+DATA sha256IVABEF<>+8(SB)/4, $0xbb67ae85
+DATA sha256IVABEF<>+12(SB)/4, $0x6a09e667
+GLOBL sha256IVABEF<>(SB), RODATA|NOPTR, $16
+DATA sha256IVCDGH<>+0(SB)/4, $0x5be0cd19
+DATA sha256IVCDGH<>+4(SB)/4, $0x1f83d9ab
+DATA sha256IVCDGH<>+8(SB)/4, $0xa54ff53a
+DATA sha256IVCDGH<>+12(SB)/4, $0x3c6ef372
+GLOBL sha256IVCDGH<>(SB), RODATA|NOPTR, $16
+
+// The round constants K[0..63].
+DATA sha256K<>+0(SB)/4, $0x428a2f98
+DATA sha256K<>+4(SB)/4, $0x71374491
+DATA sha256K<>+8(SB)/4, $0xb5c0fbcf
+DATA sha256K<>+12(SB)/4, $0xe9b5dba5
+DATA sha256K<>+16(SB)/4, $0x3956c25b
+DATA sha256K<>+20(SB)/4, $0x59f111f1
+DATA sha256K<>+24(SB)/4, $0x923f82a4
+DATA sha256K<>+28(SB)/4, $0xab1c5ed5
+DATA sha256K<>+32(SB)/4, $0xd807aa98
+DATA sha256K<>+36(SB)/4, $0x12835b01
+DATA sha256K<>+40(SB)/4, $0x243185be
+DATA sha256K<>+44(SB)/4, $0x550c7dc3
+DATA sha256K<>+48(SB)/4, $0x72be5d74
+DATA sha256K<>+52(SB)/4, $0x80deb1fe
+DATA sha256K<>+56(SB)/4, $0x9bdc06a7
+DATA sha256K<>+60(SB)/4, $0xc19bf174
+DATA sha256K<>+64(SB)/4, $0xe49b69c1
+DATA sha256K<>+68(SB)/4, $0xefbe4786
+DATA sha256K<>+72(SB)/4, $0x0fc19dc6
+DATA sha256K<>+76(SB)/4, $0x240ca1cc
+DATA sha256K<>+80(SB)/4, $0x2de92c6f
+DATA sha256K<>+84(SB)/4, $0x4a7484aa
+DATA sha256K<>+88(SB)/4, $0x5cb0a9dc
+DATA sha256K<>+92(SB)/4, $0x76f988da
+DATA sha256K<>+96(SB)/4, $0x983e5152
+DATA sha256K<>+100(SB)/4, $0xa831c66d
+DATA sha256K<>+104(SB)/4, $0xb00327c8
+DATA sha256K<>+108(SB)/4, $0xbf597fc7
+DATA sha256K<>+112(SB)/4, $0xc6e00bf3
+DATA sha256K<>+116(SB)/4, $0xd5a79147
+DATA sha256K<>+120(SB)/4, $0x06ca6351
+DATA sha256K<>+124(SB)/4, $0x14292967
+DATA sha256K<>+128(SB)/4, $0x27b70a85
+DATA sha256K<>+132(SB)/4, $0x2e1b2138
+DATA sha256K<>+136(SB)/4, $0x4d2c6dfc
+DATA sha256K<>+140(SB)/4, $0x53380d13
+DATA sha256K<>+144(SB)/4, $0x650a7354
+DATA sha256K<>+148(SB)/4, $0x766a0abb
+DATA sha256K<>+152(SB)/4, $0x81c2c92e
+DATA sha256K<>+156(SB)/4, $0x92722c85
+DATA sha256K<>+160(SB)/4, $0xa2bfe8a1
+DATA sha256K<>+164(SB)/4, $0xa81a664b
+DATA sha256K<>+168(SB)/4, $0xc24b8b70
+DATA sha256K<>+172(SB)/4, $0xc76c51a3
+DATA sha256K<>+176(SB)/4, $0xd192e819
+DATA sha256K<>+180(SB)/4, $0xd6990624
+DATA sha256K<>+184(SB)/4, $0xf40e3585
+DATA sha256K<>+188(SB)/4, $0x106aa070
+DATA sha256K<>+192(SB)/4, $0x19a4c116
+DATA sha256K<>+196(SB)/4, $0x1e376c08
+DATA sha256K<>+200(SB)/4, $0x2748774c
+DATA sha256K<>+204(SB)/4, $0x34b0bcb5
+DATA sha256K<>+208(SB)/4, $0x391c0cb3
+DATA sha256K<>+212(SB)/4, $0x4ed8aa4a
+DATA sha256K<>+216(SB)/4, $0x5b9cca4f
+DATA sha256K<>+220(SB)/4, $0x682e6ff3
+DATA sha256K<>+224(SB)/4, $0x748f82ee
+DATA sha256K<>+228(SB)/4, $0x78a5636f
+DATA sha256K<>+232(SB)/4, $0x84c87814
+DATA sha256K<>+236(SB)/4, $0x8cc70208
+DATA sha256K<>+240(SB)/4, $0x90befffa
+DATA sha256K<>+244(SB)/4, $0xa4506ceb
+DATA sha256K<>+248(SB)/4, $0xbef9a3f7
+DATA sha256K<>+252(SB)/4, $0xc67178f2
+GLOBL sha256K<>(SB), RODATA|NOPTR, $256

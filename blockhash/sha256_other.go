@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package blockhash
+
+// useSHANI is false without the amd64 assembly: sum256 uses crypto/sha256.
+var useSHANI = false
+
+func sum256SHANI(*[32]byte, []byte) { panic("blockhash: no SHA-NI assembly in this build") }
