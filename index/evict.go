@@ -21,8 +21,8 @@ func (ix *Index) SweepExpired() {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := 0; i < s.m.slotCount(); i++ {
-				if seen := s.m.seenAt(i); seen != 0 && now-seen&^cpuFlag > ix.ttlTicks {
+			for i, sl := 0, s.m.slots; i < len(sl); i++ {
+				if seen := sl[i].seen; seen != 0 && now-seen&^cpuFlag > ix.ttlTicks {
 					k, e := s.m.at(i)
 					s.dropLocked(p, i, k, e)
 					dropped++
@@ -45,8 +45,8 @@ func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for i := 0; i < s.spec.slotCount(); i++ {
-			if expires := s.spec.seenAt(i); expires != 0 && (all || expires < now) {
+		for i, sl := 0, s.spec.slots; i < len(sl); i++ {
+			if expires := sl[i].seen; expires != 0 && (all || expires < now) {
 				s.spec.deleteAt(i)
 				dropped++
 				i--
@@ -147,8 +147,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := 0; i < s.m.slotCount(); i++ {
-				if seen := s.m.seenAt(i); seen != 0 {
+			for i, sl := 0, s.m.slots; i < len(sl); i++ {
+				if seen := sl[i].seen; seen != 0 {
 					oldest = min(oldest, seen&^cpuFlag)
 				}
 			}
@@ -163,8 +163,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := 0; i < s.m.slotCount(); i++ {
-				if t := s.m.seenAt(i) &^ cpuFlag; t != 0 && t >= oldest {
+			for i, sl := 0, s.m.slots; i < len(sl); i++ {
+				if t := sl[i].seen &^ cpuFlag; t != 0 && t >= oldest {
 					hist[bucketOf(t)]++
 				}
 			}
@@ -202,8 +202,8 @@ func (ix *Index) evictWhere(pools []*pool, limit int64, pick func(int) bool, buc
 			}
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := 0; i < s.m.slotCount() && limit > 0; i++ {
-				if t := s.m.seenAt(i) &^ cpuFlag; t != 0 && t >= oldest && pick(bucketOf(t)) {
+			for i, sl := 0, s.m.slots; i < len(sl) && limit > 0; i++ {
+				if t := sl[i].seen &^ cpuFlag; t != 0 && t >= oldest && pick(bucketOf(t)) {
 					k, e := s.m.at(i)
 					s.dropLocked(p, i, k, e)
 					dropped++

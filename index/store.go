@@ -110,14 +110,16 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
-		i := s.m.find(k)
+		s.m.reserve()
+		i, ok := s.m.probe(k)
 		var e entry
-		if i >= 0 {
+		if ok {
 			_, e = s.m.at(i)
 			if now-e.tick() > ix.ttlTicks {
 				// Expired but not yet swept: start afresh.
 				s.dropLocked(p, i, k, e) // counted again below: no net change
-				i, e = -1, entry{}
+				i, ok = s.m.probe(k)
+				e = entry{}
 			}
 		} else {
 			added++
@@ -145,10 +147,10 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 		if flagged {
 			e.seen |= cpuFlag
 		}
-		if i >= 0 {
+		if ok {
 			s.m.set(i, e)
 		} else {
-			s.m.insert(k, e)
+			s.m.insertAt(i, k, e)
 		}
 		s.mu.Unlock()
 	}
@@ -336,9 +338,10 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
-		i := s.spec.find(k)
+		s.spec.reserve()
+		i, ok := s.spec.probe(k)
 		var se entry // se.seen is the expiry tick
-		if i >= 0 {
+		if ok {
 			_, se = s.spec.at(i)
 		} else {
 			added++
@@ -348,10 +351,10 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 		}
 		se.held |= bit
 		se.seen = expires
-		if i >= 0 {
+		if ok {
 			s.spec.set(i, se)
 		} else {
-			s.spec.insert(k, se)
+			s.spec.insertAt(i, k, se)
 		}
 		s.mu.Unlock()
 	}

@@ -16,7 +16,9 @@ import "math/bits"
 // rebuild copies slots in home order, almost sequentially).
 //
 // Empty slots are zero: entries with held == 0 or seen == 0 are never stored
-// (ticks start at 1), so a scan tells a live slot by its seen word alone.
+// (ticks start at 1), so a scan over every slot (sweeps, eviction) tells a
+// live slot by its seen word alone. deleteAt keeps the slots slice, so a scan
+// may hold it while it deletes.
 // Not safe for concurrent use; the shard's lock guards it.
 type blockTable struct {
 	slots []slot
@@ -71,29 +73,47 @@ func (t *blockTable) dist(i int) int {
 	return d
 }
 
-// find returns k's slot, or -1.
-func (t *blockTable) find(k BlockKey) int {
+// probe returns k's slot and true or, when k is absent, the slot Robin Hood
+// order puts it in and false. Keys of one home are kept in hash order, so a
+// whole table is in hash order from any empty slot on (resize relies on it):
+// k goes before the first key nearer its home than k would be, or as near
+// and of a greater hash. The table must have slots.
+func (t *blockTable) probe(k BlockKey) (int, bool) {
 	n := len(t.slots)
-	if t.n == 0 {
-		return -1
-	}
 	k0, k1 := uint32(k), uint32(k>>32)
-	i := home(blockHash(k), n)
+	h := blockHash(k)
+	i := home(h, n)
 	for d := 0; ; d++ {
 		s := &t.slots[i]
 		if s.empty() {
-			return -1
+			return i, false
 		}
 		if s.k0 == k0 && s.k1 == k1 {
-			return i
+			return i, true
 		}
-		if t.dist(i) < d {
-			return -1 // k would sit before this key: it is not here
+		sh := blockHash(s.key())
+		sd := i - home(sh, n)
+		if sd < 0 {
+			sd += n
+		}
+		if sd < d || sd == d && sh > h {
+			return i, false // k would sit before this key: it is not here
 		}
 		if i++; i == n {
 			i = 0
 		}
 	}
+}
+
+// find returns k's slot, or -1.
+func (t *blockTable) find(k BlockKey) int {
+	if t.n == 0 {
+		return -1
+	}
+	if i, ok := t.probe(k); ok {
+		return i
+	}
+	return -1
 }
 
 // get returns k's entry.
@@ -109,47 +129,34 @@ func (t *blockTable) at(i int) (BlockKey, entry) {
 	return t.slots[i].key(), t.slots[i].entry()
 }
 
-// seenAt is slot i's entry.seen, 0 when the slot is empty: the one word a
-// scan over every slot (sweeps, eviction) needs to read first.
-func (t *blockTable) seenAt(i int) uint32 { return t.slots[i].seen }
-
 // set replaces the entry in slot i; e.held and e.seen must not be 0.
 func (t *blockTable) set(i int, e entry) { t.slots[i].setEntry(e) }
 
 // put stores k's entry, replacing any; e.held and e.seen must not be 0.
 func (t *blockTable) put(k BlockKey, e entry) {
-	if i := t.find(k); i >= 0 {
+	t.reserve()
+	if i, ok := t.probe(k); ok {
 		t.set(i, e)
-		return
+	} else {
+		t.insertAt(i, k, e)
 	}
-	t.insert(k, e)
 }
 
-// insert adds k, which the table does not hold; e.held and e.seen must not
-// be 0.
-func (t *blockTable) insert(k BlockKey, e entry) {
-	if e.held == 0 || e.seen == 0 {
-		panic("index: blockTable.insert of an empty entry")
-	}
+// reserve makes room for one more entry, so that the slot probe returns
+// next stays the place to insert at.
+func (t *blockTable) reserve() {
 	if (t.n+1)*tableMaxLoadDen > len(t.slots)*tableMaxLoadNum {
 		t.resize(max(tableMinSlots, len(t.slots)*tableGrowthNum/tableGrowthDen+1))
 	}
-	t.place(k, e)
 }
 
-// place inserts k where Robin Hood order puts it: before the first key
-// nearer its home than k would be, shifting the rest of the run one slot on.
-func (t *blockTable) place(k BlockKey, e entry) {
-	n := len(t.slots)
-	i := home(blockHash(k), n)
-	for d := 0; ; d++ {
-		if t.slots[i].empty() || t.dist(i) < d {
-			break
-		}
-		if i++; i == n {
-			i = 0
-		}
+// insertAt adds k, absent, in slot i as probe returned it after reserve,
+// shifting the rest of the run one slot on. e.held and e.seen must not be 0.
+func (t *blockTable) insertAt(i int, k BlockKey, e entry) {
+	if e.held == 0 || e.seen == 0 {
+		panic("index: blockTable.insertAt of an empty entry")
 	}
+	n := len(t.slots)
 	j := i
 	for !t.slots[j].empty() {
 		if j++; j == n {
@@ -210,15 +217,43 @@ func (t *blockTable) shrink() {
 	}
 }
 
-// resize moves every entry to a table of slots slots. Slots are taken in
-// order, which is home order, so each lands at or just after the last one
-// placed: the copy walks both tables almost sequentially.
+// resize moves every entry to a table of slots slots. From an empty slot on,
+// the old table is in hash order (probe), which is home order in the new one
+// too: each key goes at its home or just after the key placed before it, a
+// sequential merge. Only where that place is taken (the last run wrapping
+// onto the first) does it fall back to probing.
 func (t *blockTable) resize(slots int) {
 	old := t.slots
 	t.slots, t.n = make([]slot, slots), 0
-	for i := range old {
-		if !old[i].empty() {
-			t.place(old[i].key(), old[i].entry())
+	start := 0
+	for start < len(old) && !old[start].empty() {
+		start++
+	}
+	next, wrapped, probing := 0, 0, false // next: unwrapped slot after the last key placed
+	prev := -1
+	for c := range old {
+		o := &old[(start+c)%len(old)]
+		if o.empty() {
+			continue
 		}
+		k := o.key()
+		if !probing {
+			pos := home(blockHash(k), slots) + wrapped
+			if pos < prev { // hash order passed the top: homes start again at 0
+				wrapped = slots
+				pos += slots
+			}
+			prev = pos
+			pos = max(pos, next)
+			if i := pos % slots; t.slots[i].empty() {
+				t.slots[i] = *o
+				t.n++
+				next = pos + 1
+				continue
+			}
+			probing = true
+		}
+		i, _ := t.probe(k)
+		t.insertAt(i, k, o.entry())
 	}
 }

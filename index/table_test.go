@@ -8,8 +8,8 @@ import (
 
 // checkTable verifies blockTable's invariants against want: every entry is
 // found, the count agrees, each run is in Robin Hood order (a key sits no
-// further from its home than the key before it, plus one) and no slot lies
-// before its key's home in its run.
+// further from its home than the key before it, plus one, and keys of one
+// home are in hash order) and no slot lies before its key's home in its run.
 func checkTable(t *testing.T, tb *blockTable, want map[BlockKey]entry) {
 	t.Helper()
 	if tb.len() != len(want) {
@@ -28,6 +28,9 @@ func checkTable(t *testing.T, tb *blockTable, want map[BlockKey]entry) {
 		d := tb.dist(i)
 		if tb.slots[prev].empty() && d != 0 || !tb.slots[prev].empty() && d > tb.dist(prev)+1 {
 			t.Fatalf("slot %d of %d: key %x sits %d from home after a key %d from its own", i, n, tb.slots[i].key(), d, tb.dist(prev))
+		}
+		if ph, h := blockHash(tb.slots[prev].key()), blockHash(tb.slots[i].key()); d > 0 && home(ph, n) == home(h, n) && ph > h {
+			t.Fatalf("slots %d and %d: keys of one home out of hash order", prev, i)
 		}
 		k, e := tb.at(i)
 		if w, ok := want[k]; !ok || w != e {
@@ -61,7 +64,7 @@ func runTableOps(t *testing.T, b []byte, keySpace uint64) {
 		}
 		switch op {
 		case 0, 1: // put
-			e := entry{held: uint64(k)*0x9E37 | 1<<(uint64(k)%64), seen: uint32(op) + uint32(k)}
+			e := entry{held: uint64(k)*0x9E37 | 1<<(uint64(k)%64), seen: uint32(op) + uint32(k) + 1}
 			tb.put(k, e)
 			want[k] = e
 		case 2: // delete
@@ -129,8 +132,8 @@ func TestBlockTableCollidingKeysWrapAround(t *testing.T) {
 		tb := &blockTable{slots: make([]slot, slots)}
 		want := map[BlockKey]entry{}
 		for i, k := range append(keysHomedAt(h, slots, 10), keysHomedAt((h+2)%slots, slots, 10)...) {
-			e := entry{held: 1 << i, seen: uint32(i)}
-			tb.insert(k, e)
+			e := entry{held: 1 << i, seen: uint32(i) + 1}
+			tb.put(k, e)
 			want[k] = e
 			checkTable(t, tb, want)
 		}
@@ -157,7 +160,7 @@ func TestBlockTableGrowsInSmallStepsAndShrinks(t *testing.T) {
 	for i := range 200_000 {
 		k := BlockKey(rng.Uint64())
 		keys = append(keys, k)
-		tb.insert(k, entry{held: 1, seen: uint32(i)})
+		tb.put(k, entry{held: 1, seen: uint32(i) + 1})
 		if n := tb.slotCount(); n != prev {
 			if prev > 100 && n > prev*tableGrowthNum/tableGrowthDen+1 {
 				t.Fatalf("grew from %d to %d slots", prev, n)
@@ -178,7 +181,7 @@ func TestBlockTableGrowsInSmallStepsAndShrinks(t *testing.T) {
 		t.Fatalf("after shrink: %d entries in %d slots", tb.len(), n)
 	}
 	for i, k := range keys[190_000:] {
-		if e, ok := tb.get(k); !ok || e.seen != uint32(190_000+i) {
+		if e, ok := tb.get(k); !ok || e.seen != uint32(190_000+i+1) {
 			t.Fatalf("key %x after shrink: %+v, %v", k, e, ok)
 		}
 	}

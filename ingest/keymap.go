@@ -80,11 +80,13 @@ const (
 	tableMinSlots                    = 8
 )
 
-// homeOf is the first slot among n that engine hash h may occupy. Engine
-// hashes are random in production but small integers in tests: the
-// multiplicative hash spreads both.
+// mix spreads engine hashes, random in production but small integers in
+// tests: a multiplicative hash. Slots are in mix order.
+func mix(h uint64) uint64 { return h * 0x9E3779B97F4A7C15 }
+
+// homeOf is the first slot among n that engine hash h may occupy.
 func homeOf(h uint64, n int) int {
-	hi, _ := bits.Mul64(h*0x9E3779B97F4A7C15, uint64(n))
+	hi, _ := bits.Mul64(mix(h), uint64(n))
 	return int(hi)
 }
 
@@ -103,24 +105,39 @@ func (t *hashTable) dist(i int) int {
 	return d
 }
 
-// find returns h's slot (h != 0), or -1.
-func (t *hashTable) find(h uint64) int {
-	if t.n == 0 {
-		return -1
-	}
+// probe returns h's slot (h != 0) and true or, when h is absent, the slot
+// Robin Hood order puts it in and false: before the first key nearer its
+// home than h would be, or as near and greater (so that resize can merge).
+// The table must have slots.
+func (t *hashTable) probe(h uint64) (int, bool) {
 	n := len(t.slots)
 	i := homeOf(h, n)
 	for d := 0; ; d++ {
-		switch s := t.slots[i].h; {
-		case s == h:
-			return i
-		case s == 0 || t.dist(i) < d:
-			return -1
+		s := t.slots[i].h
+		if s == h {
+			return i, true
+		}
+		if s == 0 {
+			return i, false
+		}
+		if sd := t.dist(i); sd < d || sd == d && mix(s) > mix(h) {
+			return i, false
 		}
 		if i++; i == n {
 			i = 0
 		}
 	}
+}
+
+// find returns h's slot (h != 0), or -1.
+func (t *hashTable) find(h uint64) int {
+	if t.n == 0 {
+		return -1
+	}
+	if i, ok := t.probe(h); ok {
+		return i
+	}
+	return -1
 }
 
 func (t *hashTable) get(h uint64) (uint64, bool) {
@@ -138,26 +155,21 @@ func (t *hashTable) put(h, v uint64) {
 		t.zero, t.hasZero = v, true
 		return
 	}
-	if i := t.find(h); i >= 0 {
-		t.slots[i].v = v
-		return
-	}
 	if (t.n+1)*tableMaxLoadDen > len(t.slots)*tableMaxLoadNum {
 		t.resize(max(tableMinSlots, len(t.slots)*tableGrowthNum/tableGrowthDen+1))
 	}
-	t.place(h, v)
+	i, ok := t.probe(h)
+	if ok {
+		t.slots[i].v = v
+		return
+	}
+	t.insertAt(i, h, v)
 }
 
-// place inserts h (absent, not 0) before the first key nearer its home than
-// h would be, shifting the rest of the run one slot on.
-func (t *hashTable) place(h, v uint64) {
+// insertAt puts h (absent, not 0) in slot i as probe returned it, shifting
+// the rest of the run one slot on.
+func (t *hashTable) insertAt(i int, h, v uint64) {
 	n := len(t.slots)
-	i := homeOf(h, n)
-	for d := 0; t.slots[i].h != 0 && t.dist(i) >= d; d++ {
-		if i++; i == n {
-			i = 0
-		}
-	}
 	j := i
 	for t.slots[j].h != 0 {
 		if j++; j == n {
@@ -200,13 +212,40 @@ func (t *hashTable) delete(h uint64) {
 	t.n--
 }
 
-// resize moves every entry to a table of slots slots, in home order.
+// resize moves every entry to a table of slots slots: from an empty slot on
+// the old table is in mix order, so each key goes at its new home or just
+// after the one placed before it (probing only where the last run wraps onto
+// the first).
 func (t *hashTable) resize(slots int) {
 	old := t.slots
 	t.slots, t.n = make([]hashSlot, slots), 0
-	for _, s := range old {
-		if s.h != 0 {
-			t.place(s.h, s.v)
+	start := 0
+	for start < len(old) && old[start].h != 0 {
+		start++
+	}
+	next, wrapped, prev, probing := 0, 0, -1, false
+	for c := range old {
+		o := old[(start+c)%len(old)]
+		if o.h == 0 {
+			continue
 		}
+		if !probing {
+			pos := homeOf(o.h, slots) + wrapped
+			if pos < prev {
+				wrapped = slots
+				pos += slots
+			}
+			prev = pos
+			pos = max(pos, next)
+			if i := pos % slots; t.slots[i].h == 0 {
+				t.slots[i] = o
+				t.n++
+				next = pos + 1
+				continue
+			}
+			probing = true
+		}
+		i, _ := t.probe(o.h)
+		t.insertAt(i, o.h, o.v)
 	}
 }

@@ -7,7 +7,8 @@ import (
 )
 
 // checkHashTable verifies hashTable against want: every entry is found, the
-// count agrees, and each run is in Robin Hood order.
+// count agrees, and each run is in Robin Hood order (hashes of one home in
+// mix order).
 func checkHashTable(t *testing.T, tb *hashTable, want map[uint64]uint64) {
 	t.Helper()
 	if tb.len() != len(want) {
@@ -25,6 +26,9 @@ func checkHashTable(t *testing.T, tb *hashTable, want map[uint64]uint64) {
 		d := tb.dist(i)
 		if tb.slots[prev].h == 0 && d != 0 || tb.slots[prev].h != 0 && d > tb.dist(prev)+1 {
 			t.Fatalf("slot %d of %d: hash %x sits %d from home after one %d from its own", i, n, tb.slots[i].h, d, tb.dist(prev))
+		}
+		if ph, h := tb.slots[prev].h, tb.slots[i].h; d > 0 && homeOf(ph, n) == homeOf(h, n) && mix(ph) > mix(h) {
+			t.Fatalf("slots %d and %d: hashes of one home out of order", prev, i)
 		}
 		if w, ok := want[tb.slots[i].h]; !ok || w != tb.slots[i].v {
 			t.Fatalf("slot %d holds %x=%x, want %x (present %v)", i, tb.slots[i].h, tb.slots[i].v, w, ok)
