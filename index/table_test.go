@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // checkTable verifies blockTable's invariants against want: every entry is
@@ -207,5 +208,56 @@ func TestStoreManyReplicasPerBlock(t *testing.T) {
 	}
 	if got := f.ix.Entries(f.pool); got != 0 || f.ix.TotalEntries() != 0 {
 		t.Fatalf("%d entries (%d counted) after every holder removed them", got, f.ix.TotalEntries())
+	}
+}
+
+// Eviction under index.max_entries deletes from the tables while it walks
+// them; afterwards every entry left is still found, and the counters agree
+// with the tables.
+func TestEvictionLeavesTablesConsistent(t *testing.T) {
+	const capEntries = 2000
+	f := newFixture(t, 4, Options{MaxEntries: capEntries, SpeculativeTTL: time.Second})
+	rng := rand.New(rand.NewPCG(9, 9))
+	for round := range 200 {
+		ks := make([]BlockKey, 64)
+		for i := range ks {
+			ks[i] = BlockKey(rng.Uint64())
+		}
+		f.ix.Store(f.r[round%4], ks, TierGPU)
+		f.ix.Store(f.r[(round+1)%4], ks[:16], TierCPU)
+		f.ix.StoreSpeculative(f.r[(round+2)%4], ks[32:])
+		f.clock.Advance(150 * time.Millisecond)
+	}
+	if got := f.ix.TotalEntries(); got > capEntries+capEntries/capSlack {
+		t.Fatalf("%d entries counted with a cap of %d", got, capEntries)
+	}
+	p := f.ix.pool(f.pool)
+	var blocks, specs int64
+	perReplica := map[ReplicaID]int64{}
+	for i := range p.shards {
+		s := &p.shards[i]
+		for _, tb := range []*blockTable{&s.m, &s.spec} {
+			want := map[BlockKey]entry{}
+			for j := range tb.slotCount() {
+				if k, e := tb.at(j); e.held != 0 {
+					want[k] = e
+				}
+			}
+			checkTable(t, tb, want)
+		}
+		blocks += int64(s.m.len())
+		specs += int64(s.spec.len())
+		for j := range s.m.slotCount() {
+			_, e := s.m.at(j)
+			forEachBit(e.held, func(id ReplicaID) { perReplica[id]++ })
+		}
+	}
+	if blocks != f.ix.Entries(f.pool) || blocks+specs != f.ix.TotalEntries() {
+		t.Fatalf("counters %d/%d, tables hold %d + %d speculative", f.ix.Entries(f.pool), f.ix.TotalEntries(), blocks, specs)
+	}
+	for _, st := range f.ix.Replicas(f.pool) {
+		if st.Blocks != perReplica[st.ID] {
+			t.Fatalf("replica %s: counter %d, tables hold %d", st.Name, st.Blocks, perReplica[st.ID])
+		}
 	}
 }
