@@ -105,15 +105,31 @@ func (t *blockTable) probe(k BlockKey) (int, bool) {
 	}
 }
 
-// find returns k's slot, or -1.
+// find returns k's slot, or -1. It is probe without the insertion order's
+// tie test (a miss may walk past keys of k's home, never past its run), and
+// with no distance test at k's home itself: most lookups stop there.
 func (t *blockTable) find(k BlockKey) int {
 	if t.n == 0 {
 		return -1
 	}
-	if i, ok := t.probe(k); ok {
-		return i
+	n := len(t.slots)
+	k0, k1 := uint32(k), uint32(k>>32)
+	i := home(blockHash(k), n)
+	for d := 0; ; d++ {
+		s := &t.slots[i]
+		if s.empty() {
+			return -1
+		}
+		if s.k0 == k0 && s.k1 == k1 {
+			return i
+		}
+		if d > 0 && t.dist(i) < d {
+			return -1
+		}
+		if i++; i == n {
+			i = 0
+		}
 	}
-	return -1
 }
 
 // get returns k's entry.
