@@ -5,8 +5,8 @@ package index
 // entries when the counted total passes Options.MaxEntries. The counted total
 // (Index.entries) is block entries + speculative entries + aliases held for
 // the index outside it (AccountAliases); only block and speculative entries
-// can be evicted here, so aliases make block entries go sooner. Maps that
-// eviction left far below their peak are rebuilt (shard.shrinkLocked).
+// can be evicted here, so aliases make block entries go sooner. Tables that
+// eviction left under a quarter full are rebuilt (shard.shrinkLocked).
 
 // capSlack lets the count pass the cap by 1/capSlack before a writer evicts
 // synchronously; below that, the Run goroutine evicts in the background.
@@ -21,10 +21,12 @@ func (ix *Index) SweepExpired() {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for k, e := range s.m {
-				if now-e.tick() > ix.ttlTicks {
-					s.dropLocked(p, k, e)
+			for i, sl := 0, s.m.slots; i < len(sl); i++ {
+				if seen := sl[i].seen; seen != 0 && now-seen&^cpuFlag > ix.ttlTicks {
+					k, e := s.m.at(i)
+					s.dropLocked(p, i, k, e)
 					dropped++
+					i-- // slot i now holds the next key of the run
 				}
 			}
 			s.mu.Unlock()
@@ -43,10 +45,11 @@ func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for k, se := range s.spec {
-			if all || se.expires < now {
-				delete(s.spec, k)
+		for i, sl := 0, s.spec.slots; i < len(sl); i++ {
+			if expires := sl[i].seen; expires != 0 && (all || expires < now) {
+				s.spec.deleteAt(i)
 				dropped++
+				i--
 			}
 		}
 		s.shrinkLocked()
@@ -144,8 +147,10 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for _, e := range s.m {
-				oldest = min(oldest, e.tick())
+			for i, sl := 0, s.m.slots; i < len(sl); i++ {
+				if seen := sl[i].seen; seen != 0 {
+					oldest = min(oldest, seen&^cpuFlag)
+				}
 			}
 			s.mu.Unlock()
 		}
@@ -158,8 +163,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for _, e := range s.m {
-				if t := e.tick(); t >= oldest {
+			for i, sl := 0, s.m.slots; i < len(sl); i++ {
+				if t := sl[i].seen &^ cpuFlag; t != 0 && t >= oldest {
 					hist[bucketOf(t)]++
 				}
 			}
@@ -197,14 +202,13 @@ func (ix *Index) evictWhere(pools []*pool, limit int64, pick func(int) bool, buc
 			}
 			s := &p.shards[i]
 			s.mu.Lock()
-			for k, e := range s.m {
-				if limit <= 0 {
-					break
-				}
-				if t := e.tick(); t >= oldest && pick(bucketOf(t)) {
-					s.dropLocked(p, k, e)
+			for i, sl := 0, s.m.slots; i < len(sl) && limit > 0; i++ {
+				if t := sl[i].seen &^ cpuFlag; t != 0 && t >= oldest && pick(bucketOf(t)) {
+					k, e := s.m.at(i)
+					s.dropLocked(p, i, k, e)
 					dropped++
 					limit--
+					i-- // slot i now holds the next key of the run
 				}
 			}
 			s.shrinkLocked()

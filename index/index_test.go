@@ -305,7 +305,7 @@ func TestSpeculativeEntriesCountUntilTheyExpire(t *testing.T) {
 	equalRuns(t, f.ix.LookupRoute(f.pool, keys(0, 6), nil), map[ReplicaID]int{a.ID: 2, b.ID: 3})
 	f.ix.SweepExpired()
 	for i := range f.ix.pool(f.pool).shards {
-		if n := len(f.ix.pool(f.pool).shards[i].spec); n != 0 {
+		if n := f.ix.pool(f.pool).shards[i].spec.len(); n != 0 {
 			t.Fatalf("shard %d keeps %d expired speculative entries", i, n)
 		}
 	}
@@ -423,9 +423,10 @@ func TestConcurrentLookupsWhileIngestWrites(t *testing.T) {
 	perReplica := map[ReplicaID]int64{}
 	var specs int64
 	for i := range p.shards {
-		n += int64(len(p.shards[i].m))
-		specs += int64(len(p.shards[i].spec))
-		for _, e := range p.shards[i].m {
+		n += int64(p.shards[i].m.len())
+		specs += int64(p.shards[i].spec.len())
+		for j := range p.shards[i].m.slotCount() {
+			_, e := p.shards[i].m.at(j)
 			forEachBit(e.held, func(id ReplicaID) { perReplica[id]++ })
 		}
 	}

@@ -82,7 +82,7 @@ func (ix *Index) LookupRoute(pool PoolID, keys []BlockKey, dst []Match) []Match 
 func (p *pool) holders(k BlockKey, now, ttl uint32) (held, cpuOnly uint64) {
 	s := p.shardOf(k)
 	s.mu.Lock()
-	e, ok := s.m[k]
+	e, ok := s.m.get(k)
 	if ok && now-e.tick() <= ttl {
 		held = e.held
 		if e.seen&cpuFlag != 0 {
@@ -90,8 +90,8 @@ func (p *pool) holders(k BlockKey, now, ttl uint32) (held, cpuOnly uint64) {
 			cpuOnly = ts.cpu &^ ts.gpu
 		}
 	}
-	if len(s.spec) > 0 {
-		if se, ok := s.spec[k]; ok && se.expires >= now {
+	if s.spec.len() > 0 {
+		if se, ok := s.spec.get(k); ok && se.seen >= now { // se.seen: expiry tick
 			held |= se.held
 			cpuOnly &^= se.held
 		}

@@ -12,8 +12,9 @@ const numShards = 64
 // its per-tier sets then live in shard.tiers.
 const cpuFlag = 1 << 31
 
-// entry is one block's record: 16 bytes, the whole per-block cost besides the
-// map slot. Its replica set covers every tier.
+// entry is one block's record; with its key it fills a 20-byte table slot,
+// the whole per-block cost besides the table's free slots. Its replica set
+// covers every tier.
 type entry struct {
 	held uint64 // replicas holding the block in any tier
 	seen uint32 // tick of the last Store; cpuFlag when tiers has the block
@@ -25,27 +26,19 @@ func (e entry) tick() uint32 { return e.seen &^ cpuFlag }
 // with a CPU-tier holder.
 type tierSets struct{ gpu, cpu uint64 }
 
-// specEntry is a speculative holder set: routed requests whose blocks the
-// engine has not yet confirmed.
-type specEntry struct {
-	held    uint64
-	expires uint32 // tick after which it no longer counts
-}
-
 // shard is one slice of a pool's keys behind one lock. The lock is a plain
-// Mutex, not an RWMutex: a key's critical section is a map access or two, so
+// Mutex, not an RWMutex: a key's critical section is a table access or two, so
 // readers rarely meet on one of 64 shards, and a Mutex costs a writer two
 // atomic operations per key where an RWMutex costs four (lock and unlock
 // were the second-largest item of Store's CPU profile after map probing).
 type shard struct {
 	mu    sync.Mutex
-	m     map[BlockKey]entry
+	m     blockTable
 	tiers map[BlockKey]tierSets
-	spec  map[BlockKey]specEntry
-	// peak is the most entries m held since it was last built: Go maps never
-	// give back their tables, so a map far emptier than its peak is rebuilt
-	// (shrinkLocked) after evictions.
-	peak, specPeak int
+	// spec holds speculative holder sets: routed requests whose blocks the
+	// engine has not yet confirmed. Its entry.seen is the tick after which
+	// the entry no longer counts.
+	spec blockTable
 }
 
 type pool struct {
@@ -64,9 +57,7 @@ type pool struct {
 func newPool(name string, m *metrics) *pool {
 	p := &pool{name: name, m: m.forPool(name)}
 	for i := range p.shards {
-		p.shards[i].m = make(map[BlockKey]entry)
 		p.shards[i].tiers = make(map[BlockKey]tierSets)
-		p.shards[i].spec = make(map[BlockKey]specEntry)
 	}
 	return p
 }
@@ -119,13 +110,18 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
-		e, ok := s.m[k]
-		if ok && now-e.tick() > ix.ttlTicks {
-			// Expired but not yet swept: start afresh in the same slot.
-			s.dropLocked(p, k, e)
-			e = entry{}
-		}
-		if !ok {
+		s.m.reserve()
+		i, ok := s.m.probe(k)
+		var e entry
+		if ok {
+			_, e = s.m.at(i)
+			if now-e.tick() > ix.ttlTicks {
+				// Expired but not yet swept: start afresh.
+				s.dropLocked(p, i, k, e) // counted again below: no net change
+				i, ok = s.m.probe(k)
+				e = entry{}
+			}
+		} else {
 			added++
 		}
 		if e.held&bit == 0 {
@@ -151,9 +147,10 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 		if flagged {
 			e.seen |= cpuFlag
 		}
-		s.m[k] = e
-		if n := len(s.m); n > s.peak {
-			s.peak = n
+		if ok {
+			s.m.set(i, e)
+		} else {
+			s.m.insertAt(i, k, e)
 		}
 		s.mu.Unlock()
 	}
@@ -188,18 +185,27 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	for _, k := range keys {
 		s := p.shardOf(k)
 		s.mu.Lock()
-		if se, ok := s.spec[k]; ok && se.held&bit != 0 && tier == TierGPU {
-			// The engine evicted what the router expected it to keep: the
-			// speculation is over for this block.
-			if se.held &^= bit; se.held == 0 {
-				delete(s.spec, k)
-				specDropped++
-			} else {
-				s.spec[k] = se
+		if tier == TierGPU && s.spec.len() > 0 {
+			if j := s.spec.find(k); j >= 0 {
+				// The engine evicted what the router expected it to keep:
+				// the speculation is over for this block.
+				if _, se := s.spec.at(j); se.held&bit != 0 {
+					if se.held &^= bit; se.held == 0 {
+						s.spec.deleteAt(j)
+						specDropped++
+					} else {
+						s.spec.set(j, se)
+					}
+				}
 			}
 		}
-		e, ok := s.m[k]
-		if !ok || e.held&bit == 0 {
+		i := s.m.find(k)
+		if i < 0 {
+			s.mu.Unlock()
+			continue
+		}
+		_, e := s.m.at(i)
+		if e.held&bit == 0 {
 			s.mu.Unlock()
 			continue
 		}
@@ -225,12 +231,12 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 			lostBlocks++
 		}
 		if held == 0 {
-			delete(s.m, k)
+			s.m.deleteAt(i)
 			delete(s.tiers, k)
 			dropped++
 		} else {
 			e.held = held
-			s.m[k] = e
+			s.m.set(i, e)
 		}
 		s.mu.Unlock()
 	}
@@ -258,8 +264,9 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for k, e := range s.m {
-			if e.held&bit == 0 {
+		for i := 0; i < s.m.slotCount(); i++ {
+			k, e := s.m.at(i)
+			if e.held&bit == 0 { // also an empty slot
 				continue
 			}
 			e.held &^= bit
@@ -275,21 +282,23 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 				}
 			}
 			if e.held == 0 {
-				delete(s.m, k)
+				s.m.deleteAt(i)
 				delete(s.tiers, k)
 				dropped++
+				i-- // slot i now holds the next key of the run
 			} else {
-				s.m[k] = e
+				s.m.set(i, e)
 			}
 		}
-		for k, se := range s.spec {
-			if se.held&bit != 0 {
+		for i := 0; i < s.spec.slotCount(); i++ {
+			if _, se := s.spec.at(i); se.held&bit != 0 {
 				se.held &^= bit
 				if se.held == 0 {
-					delete(s.spec, k)
+					s.spec.deleteAt(i)
 					specDropped++
+					i--
 				} else {
-					s.spec[k] = se
+					s.spec.set(i, se)
 				}
 			}
 		}
@@ -329,18 +338,23 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
-		se, ok := s.spec[k]
-		if !ok {
+		s.spec.reserve()
+		i, ok := s.spec.probe(k)
+		var se entry // se.seen is the expiry tick
+		if ok {
+			_, se = s.spec.at(i)
+		} else {
 			added++
 		}
-		if se.expires < expires-ix.specTicks {
+		if se.seen < expires-ix.specTicks {
 			se.held = 0 // stale leftovers
 		}
 		se.held |= bit
-		se.expires = expires
-		s.spec[k] = se
-		if n := len(s.spec); n > s.specPeak {
-			s.specPeak = n
+		se.seen = expires
+		if ok {
+			s.spec.set(i, se)
+		} else {
+			s.spec.insertAt(i, k, se)
 		}
 		s.mu.Unlock()
 	}
@@ -348,44 +362,39 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	ix.checkCap(ix.entries.Add(added))
 }
 
-// dropLocked deletes an entry, fixing the counters of its holders. The shard
-// lock is held; pool/index entry counts are the caller's.
-func (s *shard) dropLocked(p *pool, k BlockKey, e entry) {
+// dropLocked deletes the entry in slot i (key k), fixing the counters of its
+// holders. The shard lock is held; pool/index entry counts are the caller's.
+// Slot i then holds the next key of its run (blockTable.deleteAt).
+func (s *shard) dropLocked(p *pool, i int, k BlockKey, e entry) {
 	forEachBit(e.held, func(id ReplicaID) {
 		if rs := p.replica(id); rs != nil {
 			rs.blocks.Add(-1)
 		}
 	})
-	delete(s.m, k)
-	delete(s.tiers, k)
+	s.m.deleteAt(i)
+	if e.seen&cpuFlag != 0 {
+		delete(s.tiers, k)
+	}
 }
 
 // shrinkMin is the smallest peak worth rebuilding a map for.
 const shrinkMin = 4096
 
-// shrinkLocked rebuilds the shard's maps when they hold under a quarter of
-// their peak, so memory taken by a burst (or a replica now cleared) goes back
-// to the runtime. The shard lock is held; the copy costs O(len).
+// shrinkLocked rebuilds the shard's tables when they hold under a quarter of
+// their slots, so memory taken by a burst (or a replica now cleared) goes back
+// to the runtime; the tiers map (a Go map, which never gives back its table)
+// is rebuilt with the block table. The shard lock is held; the copy costs
+// O(slots).
 func (s *shard) shrinkLocked() {
-	if s.peak >= shrinkMin && len(s.m) < s.peak/4 {
-		m := make(map[BlockKey]entry, len(s.m))
-		for k, e := range s.m {
-			m[k] = e
-		}
-		s.m, s.peak = m, len(m)
+	if n := s.m.slotCount(); n >= shrinkMin && s.m.len()*4 < n {
+		s.m.shrink()
 		t := make(map[BlockKey]tierSets, len(s.tiers))
 		for k, ts := range s.tiers {
 			t[k] = ts
 		}
 		s.tiers = t
 	}
-	if s.specPeak >= shrinkMin && len(s.spec) < s.specPeak/4 {
-		m := make(map[BlockKey]specEntry, len(s.spec))
-		for k, se := range s.spec {
-			m[k] = se
-		}
-		s.spec, s.specPeak = m, len(m)
-	}
+	s.spec.shrink()
 }
 
 // Touch refreshes the freshness of the keys r already holds, as a cache hit
@@ -404,9 +413,11 @@ func (ix *Index) Touch(r Replica, keys []BlockKey) {
 	for _, k := range keys {
 		s := p.shardOf(k)
 		s.mu.Lock()
-		if e, ok := s.m[k]; ok && e.held&bit != 0 && now-e.tick() <= ix.ttlTicks {
-			e.seen = now | e.seen&cpuFlag
-			s.m[k] = e
+		if i := s.m.find(k); i >= 0 {
+			if _, e := s.m.at(i); e.held&bit != 0 && now-e.tick() <= ix.ttlTicks {
+				e.seen = now | e.seen&cpuFlag
+				s.m.set(i, e)
+			}
 		}
 		s.mu.Unlock()
 	}
