@@ -23,7 +23,7 @@ type bpeModel struct {
 	fallbackIDs  [256]int32 // ids of <0xXX>, -1 when absent
 	byteIDs      [256]int32 // byteLevel: id of each single byte, -1 when absent
 	allBytes     bool       // byteLevel and every byte has an id
-	unkID        int      // -1: no unk token
+	unkID        int        // -1: no unk token
 	fuseUnk      bool
 	cache        *wordCache
 }
@@ -453,9 +453,9 @@ type scratch struct {
 	words      []piece
 	seqA, seqB []piece
 	spans      []span
-	syms       []int32    // a word's symbols (merge)
-	ranks      []int32    // their pairs' ranks (mergeSmall)
-	list       []symbol   // mergeHeap's linked list
+	syms       []int32  // a word's symbols (merge)
+	ranks      []int32  // their pairs' ranks (mergeSmall)
+	list       []symbol // mergeHeap's linked list
 	heap       []mergeItem
 	pairs      *pairCache // lazily allocated; see pairCacheFor
 }
