@@ -29,7 +29,7 @@ type wordCache struct {
 
 type cacheShard struct {
 	mu    sync.Mutex // a plain Mutex: two atomics a get or put, where RWMutex's put costs four
-	slots []wordSlot // len a power of two ≥ 2*shardWords; nil until the first put
+	slots []wordSlot // len a power of two, at least twice n; nil until the first put
 	words []byte     // the cached words, back to back
 	ids   []int32    // their ids, back to back
 	n     int        // words held
@@ -99,16 +99,12 @@ func (c *wordCache) put(w string, h uint64, ids []int) {
 	s, h, tag := c.locate(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.slots == nil {
-		size := 8
-		for size < 2*c.shardWords {
-			size *= 2
-		}
-		s.slots = make([]wordSlot, size)
-	}
 	if s.n >= c.shardWords {
 		clear(s.slots)
 		s.words, s.ids, s.n = s.words[:0], s.ids[:0], 0
+	}
+	if 2*(s.n+1) > len(s.slots) {
+		c.grow(s)
 	}
 	i, ok := s.find(w, h, tag)
 	if ok {
@@ -121,3 +117,26 @@ func (c *wordCache) put(w string, h uint64, ids []int) {
 	}
 	s.n++
 }
+
+// grow doubles a shard's slot table (it starts small: a tokenizer that sees
+// little text keeps a small cache), placing each word again by its hash.
+func (c *wordCache) grow(s *cacheShard) {
+	old := s.slots
+	s.slots = make([]wordSlot, max(minShardSlots, 2*len(old)))
+	mask := uint64(len(s.slots) - 1)
+	for _, sl := range old {
+		if sl.tag == 0 {
+			continue
+		}
+		w := s.words[sl.wordOff : sl.wordOff+uint32(sl.wordLen)]
+		_, h, _ := c.locate(maphash.Bytes(c.seed, w))
+		i := h & mask
+		for s.slots[i].tag != 0 {
+			i = (i + 1) & mask
+		}
+		s.slots[i] = sl
+	}
+}
+
+// minShardSlots is the size of a shard's first slot table.
+const minShardSlots = 32

@@ -67,3 +67,21 @@ func TestLoadRejectsVocabIDsTheMergeTableCannotHold(t *testing.T) {
 		t.Errorf("ids %v, want three of 2097150", got)
 	}
 }
+
+// TestWordCacheFindsWordsAfterGrowing fills one cache past several slot
+// table doublings and reads every word back with its ids.
+func TestWordCacheFindsWordsAfterGrowing(t *testing.T) {
+	c := newWordCache()
+	const n = 20000 // ~312 a shard: five doublings from minShardSlots
+	for i := range n {
+		w := strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strings.Repeat("y", i/26%40)
+		c.put(w+"#"+string(rune(i)), c.hash(w+"#"+string(rune(i))), []int{i, i + 1})
+	}
+	for i := range n {
+		w := strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strings.Repeat("y", i/26%40) + "#" + string(rune(i))
+		got, ok := c.appendGet(nil, w, c.hash(w))
+		if !ok || len(got) != 2 || got[0] != i || got[1] != i+1 {
+			t.Fatalf("word %d: %v %v", i, got, ok)
+		}
+	}
+}
