@@ -17,22 +17,16 @@ type bpeModel struct {
 	byteLevel    bool
 	vocab        map[string]int // keyed by model-space text (raw bytes when byteLevel)
 	rawVocab     map[string]int // as written in tokenizer.json
-	merges       map[uint64]mergeTarget
+	merges       *mergeTable
 	ignoreMerges bool
 	byteFallback bool
-	fallbackIDs  [256]int // ids of <0xXX>, -1 when absent
-	byteIDs      [256]int // byteLevel: id of each single byte, -1 when absent
-	unkID        int      // -1: no unk token
+	fallbackIDs  [256]int32 // ids of <0xXX>, -1 when absent
+	byteIDs      [256]int32 // byteLevel: id of each single byte, -1 when absent
+	allBytes     bool       // byteLevel and every byte has an id
+	unkID        int        // -1: no unk token
 	fuseUnk      bool
 	cache        *wordCache
 }
-
-type mergeTarget struct {
-	rank int32
-	id   int32
-}
-
-func pairKey(a, b int) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
 
 func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 	if m.Type == "" && m.Vocab != nil && m.Merges != nil {
@@ -53,6 +47,11 @@ func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 	if len(m.Vocab) == 0 {
 		return nil, fmt.Errorf("model: empty vocab")
 	}
+	for tok, id := range m.Vocab {
+		if id < 0 || id >= maxMergeID {
+			return nil, fmt.Errorf("%w: vocab id %d of %q (ids must be in [0, %d))", ErrUnsupported, id, tok, maxMergeID)
+		}
+	}
 	b := &bpeModel{
 		byteLevel:    byteLevel,
 		rawVocab:     m.Vocab,
@@ -72,13 +71,16 @@ func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 	} else {
 		b.vocab = m.Vocab
 	}
+	b.allBytes = byteLevel
 	for i := range b.byteIDs {
 		b.byteIDs[i], b.fallbackIDs[i] = -1, -1
 		if id, ok := b.vocab[string([]byte{byte(i)})]; ok && byteLevel {
-			b.byteIDs[i] = id
+			b.byteIDs[i] = int32(id)
+		} else {
+			b.allBytes = false
 		}
 		if id, ok := m.Vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
-			b.fallbackIDs[i] = id
+			b.fallbackIDs[i] = int32(id)
 		}
 	}
 	if m.UnkToken != nil {
@@ -92,7 +94,7 @@ func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.merges = make(map[uint64]mergeTarget, len(merges))
+	b.merges = newMergeTable(len(merges))
 	for rank, mg := range merges {
 		a, ok1 := m.Vocab[mg[0]]
 		c, ok2 := m.Vocab[mg[1]]
@@ -103,7 +105,9 @@ func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 		if !ok {
 			return nil, fmt.Errorf("model: merges[%d]: merged token %q not in vocab", rank, mg[0]+mg[1])
 		}
-		b.merges[pairKey(a, c)] = mergeTarget{int32(rank), int32(n)}
+		if err := b.merges.add(a, c, n, rank); err != nil {
+			return nil, err
+		}
 	}
 	return b, nil
 }
@@ -182,22 +186,23 @@ func printableByte(r rune) bool {
 	return (r >= '!' && r <= '~') || (r >= 0xA1 && r <= 0xAC) || (r >= 0xAE && r <= 0xFF)
 }
 
-// symbol is one node of the doubly linked list a word is merged in.
+// symbol is one node of the doubly linked list mergeHeap merges a long
+// word in.
 type symbol struct {
 	id         int32
 	prev, next int32
 	dead       bool
-	// pairRank and pairID are the merge of this symbol with its successor
-	// (noMerge when there is none), kept by mergeSmall so each pair is
-	// looked up in the merges map once, not once per round.
-	pairRank, pairID int32
 }
 
-// noMerge is the pairRank of a symbol whose pair with its successor has no merge.
+// noMerge is the rank of a pair that has no merge.
 const noMerge = int32(1<<31 - 1)
 
+// maxScanSymbols is the longest word (in initial symbols) mergeSmall
+// merges; longer ones go to mergeHeap.
+const maxScanSymbols = 48
+
 type mergeItem struct {
-	rank, pos, id int32
+	rank, pos int32
 }
 
 // encodeWord appends the ids of one pre-tokenized word.
@@ -210,36 +215,37 @@ func (b *bpeModel) encodeWord(ids []int, w string, st *scratch) []int {
 			return append(ids, id)
 		}
 	}
-	cacheable := len(w) <= maxCachedWordBytes
-	if cacheable {
-		if hit, ok := b.cache.get(w); ok {
-			return append(ids, hit...)
-		}
+	if len(w) > maxCachedWordBytes {
+		return b.merge(ids, w, st)
+	}
+	h := b.cache.hash(w)
+	if out, ok := b.cache.appendGet(ids, w, h); ok {
+		return out
 	}
 	start := len(ids)
 	ids = b.merge(ids, w, st)
-	if cacheable {
-		b.cache.put(w, ids[start:])
-	}
+	b.cache.put(w, h, ids[start:])
 	return ids
 }
 
-// initialSymbols fills st.syms with the word's characters (bytes for
-// byte-level models), with byte fallback and unknown-token handling.
-func (b *bpeModel) initialSymbols(w string, st *scratch) []symbol {
-	syms := st.syms[:0]
-	add := func(id int) {
-		syms = append(syms, symbol{id: int32(id)})
+// initialSymbols appends to syms the ids of the word's characters (bytes
+// for byte-level models), with byte fallback and unknown-token handling.
+func (b *bpeModel) initialSymbols(w string, syms []int32) []int32 {
+	if b.byteLevel && b.allBytes {
+		for i := 0; i < len(w); i++ {
+			syms = append(syms, b.byteIDs[w[i]])
+		}
+		return syms
 	}
 	// Unknown characters become unk_token, consecutive ones fused into one
 	// when fuse_unk is set; none at all without an unk_token.
 	unkPending := false
-	known := func(id int) {
+	known := func(id int32) {
 		if unkPending {
-			add(b.unkID)
+			syms = append(syms, int32(b.unkID))
 			unkPending = false
 		}
-		add(id)
+		syms = append(syms, id)
 	}
 	unknown := func() {
 		switch {
@@ -247,7 +253,7 @@ func (b *bpeModel) initialSymbols(w string, st *scratch) []symbol {
 		case !unkPending:
 			unkPending = true
 		case !b.fuseUnk:
-			add(b.unkID)
+			syms = append(syms, int32(b.unkID))
 		}
 	}
 	if b.byteLevel {
@@ -264,11 +270,11 @@ func (b *bpeModel) initialSymbols(w string, st *scratch) []symbol {
 			ch := w[i : i+n]
 			i += n
 			if id, ok := b.vocab[ch]; ok {
-				known(id)
+				known(int32(id))
 			} else if b.byteFallback && b.allFallback(ch) {
 				known(b.fallbackIDs[ch[0]])
 				for j := 1; j < len(ch); j++ {
-					add(b.fallbackIDs[ch[j]])
+					syms = append(syms, b.fallbackIDs[ch[j]])
 				}
 			} else {
 				unknown()
@@ -276,7 +282,7 @@ func (b *bpeModel) initialSymbols(w string, st *scratch) []symbol {
 		}
 	}
 	if unkPending {
-		add(b.unkID)
+		syms = append(syms, int32(b.unkID))
 	}
 	return syms
 }
@@ -294,80 +300,68 @@ func (b *bpeModel) allFallback(ch string) bool {
 // merge applies the merges to a word, lowest rank first and leftmost among
 // equal ranks, as tokenizers' Word::merge_all does with its priority queue.
 func (b *bpeModel) merge(ids []int, w string, st *scratch) []int {
-	syms := b.initialSymbols(w, st)
-	n := len(syms)
-	for i := range syms {
-		syms[i].prev, syms[i].next = int32(i-1), int32(i+1)
-	}
-	if n > 0 {
-		syms[n-1].next = -1
-	}
-	if n <= 48 {
-		b.mergeSmall(syms, st.pairCacheFor(b))
+	syms := b.initialSymbols(w, st.syms[:0])
+	if len(syms) <= maxScanSymbols {
+		syms = b.mergeSmall(syms, st)
 	} else {
-		b.mergeHeap(syms, st)
+		syms = b.mergeHeap(syms, st)
 	}
-	for i := 0; i >= 0 && n > 0; i = int(syms[i].next) {
-		ids = append(ids, int(syms[i].id))
+	for _, id := range syms {
+		ids = append(ids, int(id))
 	}
 	st.syms = syms[:0]
 	return ids
 }
 
-// mergeSmall finds the best pair by scanning: faster than a heap for the
-// short words that make up nearly all text. Each pair's merge is looked up
-// once and cached in its left symbol; a join looks up only the two pairs it
-// changed (the merges map is large, so each lookup is a likely cache miss).
-func (b *bpeModel) mergeSmall(syms []symbol, pc *pairCache) {
+// mergeSmall merges syms in place and returns them shortened, finding the
+// best pair by scanning: faster than a heap for the short words that make
+// up nearly all text. The symbols stay in an array (a join shifts the tail
+// left) and ranks[i] holds the rank of the pair (syms[i], syms[i+1]), so
+// each pair is looked up once and a join looks up only the two pairs it
+// changed.
+func (b *bpeModel) mergeSmall(syms []int32, st *scratch) []int32 {
 	if len(syms) < 2 {
-		return
+		return syms
 	}
-	for i := int32(0); syms[i].next >= 0; i = syms[i].next {
-		b.pairOf(syms, i, pc)
+	pc := st.pairCacheFor(b)
+	ranks := st.ranks[:0]
+	for i := 1; i < len(syms); i++ {
+		ranks = append(ranks, b.mergeOf(pc, syms[i-1], syms[i]))
 	}
-	syms[len(syms)-1].pairRank = noMerge
+	st.ranks = ranks[:0]
 	for {
-		best, bestRank := int32(-1), noMerge
-		for i := int32(0); i >= 0; i = syms[i].next {
-			if r := syms[i].pairRank; r < bestRank {
+		best, bestRank := -1, noMerge
+		for i, r := range ranks {
+			if r < bestRank {
 				best, bestRank = i, r
 			}
 		}
 		if best < 0 {
-			return
+			return syms
 		}
-		b.join(syms, best, syms[best].pairID)
-		b.pairOf(syms, best, pc)
-		if p := syms[best].prev; p >= 0 {
-			b.pairOf(syms, p, pc)
+		syms[best] = b.merges.ids[bestRank]
+		copy(syms[best+1:], syms[best+2:])
+		syms = syms[:len(syms)-1]
+		copy(ranks[best:], ranks[best+1:])
+		ranks = ranks[:len(ranks)-1]
+		if best < len(ranks) {
+			ranks[best] = b.mergeOf(pc, syms[best], syms[best+1])
+		}
+		if best > 0 {
+			ranks[best-1] = b.mergeOf(pc, syms[best-1], syms[best])
 		}
 	}
 }
 
-// pairOf caches in syms[i] the merge of symbol i with its successor.
-func (b *bpeModel) pairOf(syms []symbol, i int32, pc *pairCache) {
-	syms[i].pairRank = noMerge
-	nx := syms[i].next
-	if nx < 0 {
-		return
+// mergeHeap merges long words as the Rust library does, with a priority
+// queue of pairs over a linked list of symbols; it returns the merged ids
+// in syms' memory.
+func (b *bpeModel) mergeHeap(ids []int32, st *scratch) []int32 {
+	syms := st.list[:0]
+	for i, id := range ids {
+		syms = append(syms, symbol{id: id, prev: int32(i - 1), next: int32(i + 1)})
 	}
-	if m, ok := b.mergeOf(pc, syms[i].id, syms[nx].id); ok {
-		syms[i].pairRank, syms[i].pairID = m.rank, m.id
-	}
-}
-
-// join merges symbol i with its successor into id.
-func (b *bpeModel) join(syms []symbol, i, id int32) {
-	nx := syms[i].next
-	syms[i].id = id
-	syms[i].next = syms[nx].next
-	syms[nx].dead = true
-	if syms[nx].next >= 0 {
-		syms[syms[nx].next].prev = i
-	}
-}
-
-func (b *bpeModel) mergeHeap(syms []symbol, st *scratch) {
+	syms[len(syms)-1].next = -1
 	h := st.heap[:0]
 	push := func(it mergeItem) {
 		h = append(h, it)
@@ -406,8 +400,8 @@ func (b *bpeModel) mergeHeap(syms []symbol, st *scratch) {
 		if nx < 0 {
 			return
 		}
-		if m, ok := b.merges[pairKey(int(syms[i].id), int(syms[nx].id))]; ok {
-			push(mergeItem{m.rank, i, m.id})
+		if r := b.merges.rank(syms[i].id, syms[nx].id); r != noMerge {
+			push(mergeItem{r, i})
 		}
 	}
 	for i := int32(0); i < int32(len(syms)); i++ {
@@ -419,17 +413,32 @@ func (b *bpeModel) mergeHeap(syms []symbol, st *scratch) {
 		if s.dead || s.next < 0 {
 			continue
 		}
-		m, ok := b.merges[pairKey(int(s.id), int(syms[s.next].id))]
-		if !ok || m.id != it.id {
+		// As the Rust library does, a queued merge still applies when the
+		// pair now at its place merges into the same token.
+		id := b.merges.ids[it.rank]
+		r := b.merges.rank(s.id, syms[s.next].id)
+		if r == noMerge || b.merges.ids[r] != id {
 			continue
 		}
-		b.join(syms, it.pos, it.id)
+		nx := s.next
+		syms[it.pos].id = id
+		syms[it.pos].next = syms[nx].next
+		syms[nx].dead = true
+		if syms[nx].next >= 0 {
+			syms[syms[nx].next].prev = it.pos
+		}
 		if p := syms[it.pos].prev; p >= 0 {
 			pairAt(p)
 		}
 		pairAt(it.pos)
 	}
 	st.heap = h[:0]
+	out := ids[:0]
+	for i := int32(0); i >= 0; i = syms[i].next {
+		out = append(out, syms[i].id)
+	}
+	st.list = syms[:0]
+	return out
 }
 
 func itemLess(a, b mergeItem) bool {
@@ -444,31 +453,35 @@ type scratch struct {
 	words      []piece
 	seqA, seqB []piece
 	spans      []span
-	syms       []symbol
+	syms       []int32  // a word's symbols (merge)
+	ranks      []int32  // their pairs' ranks (mergeSmall)
+	list       []symbol // mergeHeap's linked list
 	heap       []mergeItem
 	pairs      *pairCache // lazily allocated; see pairCacheFor
 }
 
-// pairCacheBits sizes pairCache: 2^11 slots of 16 bytes (32 KiB) stay in the
-// CPU cache, where the merges map (~150k entries) does not.
-const pairCacheBits = 11
+// pairCacheBits sizes pairCache: 2^12 slots of 8 bytes (32 KiB) stay in the
+// CPU's L1 cache, where the merges table (~2 MiB for 150k merges) does not.
+const pairCacheBits = 12
 
-// pairCache is a direct-mapped cache of merges-map answers (hits and misses)
-// in front of one model's merges map. Words share most of their pairs, so
-// BPE on words the word cache has not seen mostly hits here instead of
-// missing the CPU cache on the map. It is exact: a slot holds its full key.
+// pairCache is a direct-mapped cache of merges-table answers (hits and
+// misses) in front of one model's merges table. Words share most of their
+// pairs, so BPE on words the word cache has not seen mostly hits here
+// instead of missing the CPU cache on the table. It is exact: a slot holds
+// its full pair.
 type pairCache struct {
 	owner *bpeModel
-	slots [1 << pairCacheBits]pairSlot
+	slots [1 << pairCacheBits]uint64 // pair<<mergeRankBits | rank+1, or cachedNoMerge; emptyPairSlot when empty
 }
 
-type pairSlot struct {
-	key      uint64 // pairKey, or noPair when empty
-	rank, id int32  // rank noMerge: the pair has no merge
-}
-
-// noPair is no pairKey of two token ids (ids are below 2^31).
-const noPair = ^uint64(0)
+const (
+	// cachedNoMerge in a slot's rank field: the pair has no merge (rank+1
+	// is at most maxMergeRank+1 < rankMask).
+	cachedNoMerge = rankMask
+	// emptyPairSlot holds the pair (maxMergeID, maxMergeID), which no two
+	// vocabulary ids make.
+	emptyPairSlot = ^uint64(0)
+)
 
 // pairCacheFor returns the scratch's pair cache, emptied when it last served
 // another model (the scratch pool is shared by every tokenizer).
@@ -479,25 +492,29 @@ func (st *scratch) pairCacheFor(b *bpeModel) *pairCache {
 	if pc := st.pairs; pc.owner != b {
 		pc.owner = b
 		for i := range pc.slots {
-			pc.slots[i] = pairSlot{key: noPair}
+			pc.slots[i] = emptyPairSlot
 		}
 	}
 	return st.pairs
 }
 
-// mergeOf is b.merges[pairKey(a, c)] through the pair cache.
-func (b *bpeModel) mergeOf(pc *pairCache, a, c int32) (mergeTarget, bool) {
-	k := pairKey(int(a), int(c))
-	sl := &pc.slots[(k*0x9E3779B97F4A7C15)>>(64-pairCacheBits)]
-	if sl.key == k {
-		return mergeTarget{sl.rank, sl.id}, sl.rank != noMerge
+// mergeOf is b.merges.rank(a, c) through the pair cache.
+func (b *bpeModel) mergeOf(pc *pairCache, a, c int32) int32 {
+	pair := packPair(a, c)
+	sl := &pc.slots[(pair*0x9E3779B97F4A7C15)>>(64-pairCacheBits)]
+	if e := *sl; e>>mergeRankBits == pair {
+		if f := e & rankMask; f != cachedNoMerge {
+			return int32(f) - 1
+		}
+		return noMerge
 	}
-	m, ok := b.merges[k]
-	if !ok {
-		m = mergeTarget{rank: noMerge}
+	r := b.merges.rank(a, c)
+	f := uint64(cachedNoMerge)
+	if r != noMerge {
+		f = uint64(r) + 1
 	}
-	*sl = pairSlot{key: k, rank: m.rank, id: m.id}
-	return m, ok
+	*sl = pair<<mergeRankBits | f
+	return r
 }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}

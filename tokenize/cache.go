@@ -2,7 +2,6 @@ package tokenize
 
 import (
 	"hash/maphash"
-	"strings"
 	"sync"
 )
 
@@ -17,6 +16,11 @@ const (
 
 // wordCache maps a pre-tokenized word to its ids. Bounded at
 // cacheShards*shardWords entries; safe for concurrent use.
+//
+// Each shard keeps its words and ids in two arenas and finds them through
+// an open-addressed table of small fixed-size slots: a put copies bytes
+// into the arenas instead of allocating a string and a slice, and nothing
+// in a shard holds a pointer for the garbage collector to scan.
 type wordCache struct {
 	seed       maphash.Seed
 	shardWords int // bound per shard: shardWords, smaller in tests
@@ -24,38 +28,115 @@ type wordCache struct {
 }
 
 type cacheShard struct {
-	mu sync.RWMutex
-	m  map[string][]int
-	_  [40]byte // keep shards on separate cache lines
+	mu    sync.Mutex // a plain Mutex: two atomics a get or put, where RWMutex's put costs four
+	slots []wordSlot // len a power of two, at least twice n; nil until the first put
+	words []byte     // the cached words, back to back
+	ids   []int32    // their ids, back to back
+	n     int        // words held
+	_     [40]byte   // 128 bytes: shards on separate cache lines
+}
+
+// wordSlot locates one cached word in its shard's arenas. tag 0 is empty.
+type wordSlot struct {
+	tag      uint32 // high bits of the word's hash, never 0
+	wordOff  uint32
+	idsOff   uint32
+	wordLen  uint8
+	idsCount uint8
 }
 
 func newWordCache() *wordCache {
-	c := &wordCache{seed: maphash.MakeSeed(), shardWords: shardWords}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string][]int)
-	}
-	return c
+	return &wordCache{seed: maphash.MakeSeed(), shardWords: shardWords}
 }
 
-func (c *wordCache) shard(w string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, w)%cacheShards]
+// hash is the hash of w that appendGet and put take.
+func (c *wordCache) hash(w string) uint64 { return maphash.String(c.seed, w) }
+
+// locate returns the shard, home slot hash and tag of a word's hash.
+func (c *wordCache) locate(h uint64) (*cacheShard, uint64, uint32) {
+	return &c.shards[h%cacheShards], h / cacheShards, uint32(h>>32) | 1
 }
 
-func (c *wordCache) get(w string) ([]int, bool) {
-	s := c.shard(w)
-	s.mu.RLock()
-	ids, ok := s.m[w]
-	s.mu.RUnlock()
-	return ids, ok
-}
-
-func (c *wordCache) put(w string, ids []int) {
-	v := append([]int(nil), ids...)
-	s := c.shard(w)
+// appendGet appends the cached ids of w (hashed to h) to dst; false when w
+// is not cached.
+func (c *wordCache) appendGet(dst []int, w string, h uint64) ([]int, bool) {
+	s, h, tag := c.locate(h)
 	s.mu.Lock()
-	if len(s.m) >= c.shardWords {
-		clear(s.m)
+	i, ok := s.find(w, h, tag)
+	if ok {
+		sl := s.slots[i]
+		for _, id := range s.ids[sl.idsOff : sl.idsOff+uint32(sl.idsCount)] {
+			dst = append(dst, int(id))
+		}
 	}
-	s.m[strings.Clone(w)] = v
 	s.mu.Unlock()
+	return dst, ok
 }
+
+// find returns the slot holding w, or the empty slot where w would go.
+func (s *cacheShard) find(w string, h uint64, tag uint32) (int, bool) {
+	if s.slots == nil {
+		return 0, false
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		sl := &s.slots[i]
+		if sl.tag == 0 {
+			return int(i), false
+		}
+		if sl.tag == tag && int(sl.wordLen) == len(w) && string(s.words[sl.wordOff:sl.wordOff+uint32(sl.wordLen)]) == w {
+			return int(i), true
+		}
+	}
+}
+
+// put caches ids as the encoding of w (hashed to h, at most
+// maxCachedWordBytes bytes).
+func (c *wordCache) put(w string, h uint64, ids []int) {
+	if len(w) > maxCachedWordBytes || len(ids) > 255 {
+		return
+	}
+	s, h, tag := c.locate(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n >= c.shardWords {
+		clear(s.slots)
+		s.words, s.ids, s.n = s.words[:0], s.ids[:0], 0
+	}
+	if 2*(s.n+1) > len(s.slots) {
+		c.grow(s)
+	}
+	i, ok := s.find(w, h, tag)
+	if ok {
+		return // another goroutine cached it meanwhile
+	}
+	s.slots[i] = wordSlot{tag: tag, wordOff: uint32(len(s.words)), idsOff: uint32(len(s.ids)), wordLen: uint8(len(w)), idsCount: uint8(len(ids))}
+	s.words = append(s.words, w...)
+	for _, id := range ids {
+		s.ids = append(s.ids, int32(id))
+	}
+	s.n++
+}
+
+// grow doubles a shard's slot table (it starts small: a tokenizer that sees
+// little text keeps a small cache), placing each word again by its hash.
+func (c *wordCache) grow(s *cacheShard) {
+	old := s.slots
+	s.slots = make([]wordSlot, max(minShardSlots, 2*len(old)))
+	mask := uint64(len(s.slots) - 1)
+	for _, sl := range old {
+		if sl.tag == 0 {
+			continue
+		}
+		w := s.words[sl.wordOff : sl.wordOff+uint32(sl.wordLen)]
+		_, h, _ := c.locate(maphash.Bytes(c.seed, w))
+		i := h & mask
+		for s.slots[i].tag != 0 {
+			i = (i + 1) & mask
+		}
+		s.slots[i] = sl
+	}
+}
+
+// minShardSlots is the size of a shard's first slot table.
+const minShardSlots = 32

@@ -239,12 +239,12 @@ func TestWordCacheStaysBounded(t *testing.T) {
 	total := 0
 	for i := range model.cache.shards {
 		s := &model.cache.shards[i]
-		s.mu.RLock()
-		if len(s.m) > model.cache.shardWords {
-			t.Errorf("shard %d holds %d words, bound %d", i, len(s.m), model.cache.shardWords)
+		s.mu.Lock()
+		if s.n > model.cache.shardWords {
+			t.Errorf("shard %d holds %d words, bound %d", i, s.n, model.cache.shardWords)
 		}
-		total += len(s.m)
-		s.mu.RUnlock()
+		total += s.n
+		s.mu.Unlock()
 	}
 	if total == 0 {
 		t.Error("cache unused")
@@ -261,32 +261,22 @@ func TestEncodeReadsInvalidUTF8AsReplacementCharacter(t *testing.T) {
 	}
 }
 
-// TestLongWordsUseTheHeapMerge checks the heap merge (words over 48
-// symbols) against the scanning merge on every long word it can build.
+// TestLongWordsUseTheHeapMerge checks the heap merge (words over
+// maxScanSymbols symbols) against the scanning merge on every long word it
+// can build.
 func TestLongWordsUseTheHeapMerge(t *testing.T) {
 	tok := loadTokenizer(t, "gemma3", true)
 	for _, w := range []string{strings.Repeat("ab", 100), strings.Repeat("▁▁x", 40), strings.Repeat("hello▁world▁", 20), strings.Repeat("中文", 60)} {
 		st := getScratch()
-		syms := tok.model.initialSymbols(w, st)
-		small := slices.Clone(syms)
-		heap := slices.Clone(syms)
-		for _, s := range [][]symbol{small, heap} {
-			for i := range s {
-				s[i].prev, s[i].next = int32(i-1), int32(i+1)
-			}
-			s[len(s)-1].next = -1
+		syms := tok.model.initialSymbols(w, nil)
+		if len(syms) <= maxScanSymbols {
+			t.Fatalf("%.20q: %d symbols, not a long word", w, len(syms))
 		}
-		tok.model.mergeSmall(small, st.pairCacheFor(tok.model))
-		tok.model.mergeHeap(heap, st)
+		small := tok.model.mergeSmall(slices.Clone(syms), st)
+		heap := tok.model.mergeHeap(slices.Clone(syms), st)
 		putScratch(st)
-		ids := func(s []symbol) (out []int32) {
-			for i := 0; i >= 0; i = int(s[i].next) {
-				out = append(out, s[i].id)
-			}
-			return out
-		}
-		if !slices.Equal(ids(small), ids(heap)) {
-			t.Errorf("%.20q: scan %v heap %v", w, ids(small), ids(heap))
+		if !slices.Equal(small, heap) {
+			t.Errorf("%.20q: scan %v heap %v", w, small, heap)
 		}
 	}
 }
@@ -320,20 +310,30 @@ func TestPairCacheIsPerModel(t *testing.T) {
 	b := loadTokenizer(t, "llama3_1", true)
 	st := getScratch()
 	defer putScratch(st)
+	pairs := func(m *bpeModel, yield func(x, y int32)) {
+		for _, e := range m.merges.slots {
+			if e != 0 {
+				p := e >> mergeRankBits
+				yield(int32(p>>mergeIDBits), int32(p&maxMergeID))
+			}
+		}
+	}
 	pa := st.pairCacheFor(a.model)
-	for k := range a.model.merges {
-		a.model.mergeOf(pa, int32(k>>32), int32(uint32(k)))
-	}
+	pairs(a.model, func(x, y int32) { a.model.mergeOf(pa, x, y) })
 	pb := st.pairCacheFor(b.model)
-	for k, want := range b.model.merges {
-		if got, ok := b.model.mergeOf(pb, int32(k>>32), int32(uint32(k))); !ok || got != want {
-			t.Fatalf("pair %x: %+v %v, want %+v", k, got, ok, want)
+	n := 0
+	pairs(b.model, func(x, y int32) {
+		n++
+		if got, want := b.model.mergeOf(pb, x, y), b.model.merges.rank(x, y); got != want || got == noMerge {
+			t.Fatalf("pair (%d, %d): rank %d, want %d", x, y, got, want)
 		}
+	})
+	if n == 0 {
+		t.Fatal("llama3_1 has no merges")
 	}
-	for k := range a.model.merges {
-		_, inB := b.model.merges[k]
-		if _, ok := b.model.mergeOf(pb, int32(k>>32), int32(uint32(k))); ok != inB {
-			t.Fatalf("pair %x: cache says %v for llama, its map %v", k, ok, inB)
+	pairs(a.model, func(x, y int32) {
+		if got, want := b.model.mergeOf(pb, x, y), b.model.merges.rank(x, y); got != want {
+			t.Fatalf("pair (%d, %d): cache says rank %d for llama, its table %d", x, y, got, want)
 		}
-	}
+	})
 }

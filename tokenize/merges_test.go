@@ -1,0 +1,87 @@
+package tokenize
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// TestMergeTableEqualsMap fills a mergeTable and a Go map with the same
+// random merges (duplicate pairs included: the later rank wins, as in the
+// Rust library) and asks both for those pairs and for pairs without a merge.
+func TestMergeTableEqualsMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	type pair struct{ a, b int32 }
+	type merge struct{ rank, id int32 }
+	const n = 20000
+	want := map[pair]merge{}
+	tab := newMergeTable(n)
+	for rank := range n {
+		p := pair{int32(rng.IntN(300)), int32(rng.IntN(300))}
+		switch rank {
+		case 0:
+			p = pair{0, 0} // packs to 0, the empty slot's value
+		case 1:
+			p = pair{maxMergeID - 1, maxMergeID - 1}
+		}
+		id := int32(rng.IntN(maxMergeID))
+		if err := tab.add(int(p.a), int(p.b), int(id), rank); err != nil {
+			t.Fatal(err)
+		}
+		want[p] = merge{int32(rank), id}
+	}
+	for a := int32(0); a < 310; a++ {
+		for b := int32(0); b < 310; b++ {
+			m, ok := want[pair{a, b}]
+			r := tab.rank(a, b)
+			if !ok {
+				if r != noMerge {
+					t.Fatalf("(%d, %d): rank %d, want no merge", a, b, r)
+				}
+				continue
+			}
+			if r != m.rank || tab.ids[r] != m.id {
+				t.Fatalf("(%d, %d): rank %d id %d, want %d %d", a, b, r, tab.ids[r], m.rank, m.id)
+			}
+		}
+	}
+	if r := tab.rank(maxMergeID-1, maxMergeID-1); r != want[pair{maxMergeID - 1, maxMergeID - 1}].rank {
+		t.Errorf("largest ids: rank %d", r)
+	}
+}
+
+func TestLoadRejectsVocabIDsTheMergeTableCannotHold(t *testing.T) {
+	for _, id := range []string{"-1", "2097151", "3000000"} {
+		js := `{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":` + id + `},"merges":["a b"]}}`
+		if _, err := Parse([]byte(js), nil, Options{}); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("vocab id %s: err %v, want ErrUnsupported", id, err)
+		}
+	}
+	js := `{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2097150},"merges":["a b"]}}`
+	tok, err := Parse([]byte(js), nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Encode(strings.Repeat("ab", 3), false); len(got) != 3 || got[0] != 2097150 {
+		t.Errorf("ids %v, want three of 2097150", got)
+	}
+}
+
+// TestWordCacheFindsWordsAfterGrowing fills one cache past several slot
+// table doublings and reads every word back with its ids.
+func TestWordCacheFindsWordsAfterGrowing(t *testing.T) {
+	c := newWordCache()
+	const n = 20000 // ~312 a shard: five doublings from minShardSlots
+	for i := range n {
+		w := strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strings.Repeat("y", i/26%40)
+		c.put(w+"#"+string(rune(i)), c.hash(w+"#"+string(rune(i))), []int{i, i + 1})
+	}
+	for i := range n {
+		w := strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strings.Repeat("y", i/26%40) + "#" + string(rune(i))
+		got, ok := c.appendGet(nil, w, c.hash(w))
+		if !ok || len(got) != 2 || got[0] != i || got[1] != i+1 {
+			t.Fatalf("word %d: %v %v", i, got, ok)
+		}
+	}
+}
