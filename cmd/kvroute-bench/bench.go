@@ -101,7 +101,7 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	}
 	fmt.Fprintf(&hdr, "; phases of %v (at least %d requests); rates %s req/s; policies %s; wall time %s\n",
 		o.PhaseDuration, o.MinRequests, joinFloats(o.Rates), strings.Join(o.Policies, ", "), time.Since(start).Round(time.Second))
-	hdr.WriteString("\nceilings (rows in italics): *bound: infinite cache* = the reuse in the workload (every block ever computed kept); *bound: pooled cache* = one engine holding the whole fleet's KV with the engines' BlockPool and eviction, requests replayed one at a time. `greedy-cache-aware` asks the engines' real caches and picks greedily: a heuristic, not a bound.\n")
+	hdr.WriteString("\nceilings (rows in italics): *bound: infinite cache* = the reuse in the workload (every block ever computed kept); *bound: pooled cache* = one engine holding the whole fleet's KV with the engines' BlockPool and eviction, requests replayed one at a time. Their TTFT columns are each request's zero-queue time to first token under that cache in the engines' time model (uncached prompt tokens × prefill per token): for the infinite cache a floor under every router's quantiles (\"floor\"), for the pooled cache an estimate (\"est.\"), not a bound. `greedy-cache-aware` asks the engines' real caches and picks greedily: a heuristic, not a bound.\n")
 	params := map[string]string{}
 	for _, w := range o.Workloads {
 		params[w.Kind] = routebench.Describe(w)
