@@ -51,6 +51,8 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	fs.IntVar(&ten.Adapters, "adapters", ten.Adapters, "tenants: LoRA adapters")
 	fs.IntVar(&o.Gateways, "gateways", o.Gateways, "gateway replicas in front of the fleet (each policy instance and each kvroute with its own state; clients spread evenly)")
 	fs.StringVar(&o.Routing, "routing", o.Routing, `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}" (kvroute policies only)`)
+	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", routebench.DefaultBenchScrapeInterval, "kvroute's ingest.scrape_interval (how often each kvroute reads every engine's /metrics)")
+	fs.StringVar(&o.RoutingB, "routing-b", o.RoutingB, `routing config of the extra policy kvroute-tokens-b (keys: tokens), for an A/B inside one run`)
 	fs.BoolVar(&o.Churn, "churn", o.Churn, "restart replica 0 (cache gone, same address) and start one more replica (down until then) mid-phase")
 	fs.Float64Var(&o.RestartAt, "restart-at", o.RestartAt, "churn: restart at this fraction of the phase")
 	fs.Float64Var(&o.JoinAt, "join-at", o.JoinAt, "churn: the extra replica joins at this fraction of the phase")

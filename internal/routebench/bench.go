@@ -34,6 +34,9 @@ const (
 	// PolicyGreedy is GreedyCacheAware (called "oracle" before issue 14: it
 	// is not a bound).
 	PolicyGreedy = "greedy-cache-aware"
+	// PolicyKVRouteTokensB is kvroute-tokens with BenchOptions.RoutingB
+	// instead of Routing: an A/B of a routing setting inside one run.
+	PolicyKVRouteTokensB = "kvroute-tokens-b"
 )
 
 // AllPolicies is every policy, in report order.
@@ -71,6 +74,11 @@ type BenchOptions struct {
 	// Routing is extra kvroute routing config for the kvroute policies, as
 	// a YAML flow mapping ("{placement_slack: 1}"); "" = the defaults.
 	Routing string
+	// ScrapeInterval is kvroute's ingest.scrape_interval (0: 200ms).
+	ScrapeInterval time.Duration
+	// RoutingB is the routing config of policy kvroute-tokens-b (keys:
+	// tokens), which runs beside the others for an A/B in one run.
+	RoutingB string
 	// Churn restarts replica 0 (cache gone, same addresses) at
 	// RestartAt × the phase's arrival window and starts one more replica,
 	// configured in kvroute from the start but down until then, at JoinAt.
@@ -150,8 +158,14 @@ func (o BenchOptions) Setup() string {
 	if o.Gateways > 1 {
 		parts = append(parts, fmt.Sprintf("%d gateways", o.Gateways))
 	}
+	if o.ScrapeInterval > 0 && o.ScrapeInterval != DefaultBenchScrapeInterval {
+		parts = append(parts, "kvroute scrape "+o.ScrapeInterval.String())
+	}
 	if o.Routing != "" {
 		parts = append(parts, "kvroute routing "+o.Routing)
+	}
+	if o.RoutingB != "" && slices.Contains(o.Policies, PolicyKVRouteTokensB) {
+		parts = append(parts, PolicyKVRouteTokensB+" routing "+o.RoutingB)
 	}
 	if o.Churn {
 		parts = append(parts, fmt.Sprintf("churn (restart at %.0f %%, join at %.0f %%)", 100*o.RestartAt, 100*o.JoinAt))
@@ -180,7 +194,10 @@ func adapters(ws []WorkloadParams) []string {
 // It returns the results in run order.
 func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 	for _, p := range o.Policies {
-		if !slices.Contains(AllPolicies, p) {
+		if p == PolicyKVRouteTokensB && o.RoutingB == "" {
+			return nil, fmt.Errorf("policy %s needs its routing config (--routing-b)", p)
+		}
+		if !slices.Contains(AllPolicies, p) && p != PolicyKVRouteTokensB {
 			return nil, fmt.Errorf("unknown policy %q (known: %s)", p, strings.Join(AllPolicies, ", "))
 		}
 	}
@@ -215,8 +232,9 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 	defer fleet.Close()
 
 	kvs := map[string][]*KVRoute{}
-	for _, v := range []struct{ policy, keys string }{
-		{PolicyKVRouteTokens, config.KeysTokens}, {PolicyKVRouteEngine, config.KeysEngine},
+	for _, v := range []struct{ policy, keys, routing string }{
+		{PolicyKVRouteTokens, config.KeysTokens, o.Routing}, {PolicyKVRouteEngine, config.KeysEngine, o.Routing},
+		{PolicyKVRouteTokensB, config.KeysTokens, o.RoutingB},
 	} {
 		if !slices.Contains(o.Policies, v.policy) {
 			continue
@@ -224,7 +242,7 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 		for range o.Gateways {
 			kv, err := StartKVRoute(ctx, KVRouteConfig{Model: o.Model, TokenizerDir: tokDir, BlockSize: o.BlockSize,
 				Keys: v.keys, HashAlgo: "sha256", Seed: o.Seed, ExtProc: "127.0.0.1:0", Replicas: fleet.Replicas,
-				LoRAAdapters: loras, DebugHeaders: true, Routing: o.Routing}, 30*time.Second, log)
+				LoRAAdapters: loras, DebugHeaders: true, Routing: v.routing, ScrapeInterval: o.ScrapeInterval}, 30*time.Second, log)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", v.policy, err)
 			}
@@ -369,6 +387,12 @@ func runPhase(ctx context.Context, fleet *EmuFleet, driver *Driver, o BenchOptio
 		return nil, err
 	}
 	r.BelowFloor = BelowFloor(floors, ph.samples)
+	tm := o.fleetOptions().TimeModel()
+	for _, s := range ph.samples {
+		if s.Err == nil && s.PromptTokens > 0 {
+			r.Wait = append(r.Wait, s.TTFT-tm.FirstTokenFloor(s.PromptTokens-s.CachedTokens))
+		}
+	}
 	if churn == nil {
 		return r, nil
 	}
@@ -594,8 +618,15 @@ func writeFloorCheck(w io.Writer, results []*Result) {
 			answered += len(r.TTFT)
 		}
 	}
-	if answered > 0 {
-		fmt.Fprintf(w, "\nrequests answered faster than their own infinite-cache TTFT floor (the floor is a bound only if this is 0): %d of %d\n", below, answered)
+	if answered == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nrequests answered faster than their own infinite-cache TTFT floor (the floor is a bound only if this is 0): %d of %d\n", below, answered)
+	fmt.Fprintln(w, "\nwait: TTFT minus the request's own zero-queue prefill with the hit it got (queueing, decodes sharing its steps, the gateway hop), p50 / p90 / p99:")
+	for _, r := range results {
+		if !r.Bound && len(r.Wait) > 0 {
+			fmt.Fprintf(w, "- %g req/s %s: %s / %s / %s\n", r.Rate, r.Policy, ms(NearestRank(r.Wait, 0.5)), ms(NearestRank(r.Wait, 0.9)), ms(NearestRank(r.Wait, 0.99)))
+		}
 	}
 }
 

@@ -31,6 +31,10 @@ type Result struct {
 	// BelowFloor counts the answered requests faster than their own
 	// infinite-cache floor (routed rows; 0 when the floor holds).
 	BelowFloor int
+	// Wait holds, per answered request, its TTFT minus the zero-queue
+	// prefill of the prompt tokens it did not hit (routed rows): the time
+	// it spent behind other work.
+	Wait []time.Duration
 	// WorkingSetBlocks is the distinct prompt blocks of the workload and
 	// SharedBlocks those in more than one request (Bound rows only).
 	WorkingSetBlocks int
