@@ -102,6 +102,10 @@ type Routing struct {
 	// waiting request this router did not route, until the engine's mean
 	// is learned from the same counters.
 	ForeignRequestTokens float64 `yaml:"foreign_request_tokens"`
+	// ForeignRunningShare is the share of a foreign request's uncached
+	// prompt still to prefill charged for each running request the engine
+	// reports that this router did not route (0..1).
+	ForeignRunningShare float64 `yaml:"foreign_running_share"`
 	// DecodeInterference is the seconds one decoding sequence on a replica
 	// adds to a new request's time to first token there.
 	DecodeInterference Duration `yaml:"decode_interference"`

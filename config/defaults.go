@@ -20,6 +20,7 @@ const (
 	DefaultPrefillTokensPerSec = 10000
 	DefaultForeignRequestToks  = 1024
 	DefaultDecodeInterference  = 0 * time.Millisecond
+	DefaultForeignRunningShare = 0.0
 	DefaultKVUsageCeiling      = 0.98
 	DefaultKVFullPenalty       = 500 * time.Millisecond
 	DefaultPlacementSlack      = 0.0
@@ -71,6 +72,7 @@ func Default() Config {
 			PrefillTokensPerSecond: DefaultPrefillTokensPerSec,
 			ForeignRequestTokens:   DefaultForeignRequestToks,
 			DecodeInterference:     Duration(DefaultDecodeInterference),
+			ForeignRunningShare:    DefaultForeignRunningShare,
 			KVFullPenalty:          Duration(DefaultKVFullPenalty),
 			PlacementSlack:         DefaultPlacementSlack,
 			KVUsageCeiling:         DefaultKVUsageCeiling,

@@ -51,6 +51,9 @@ func (c *Config) Validate() error {
 	if !(c.Routing.ForeignRequestTokens >= 0) || math.IsInf(c.Routing.ForeignRequestTokens, 0) {
 		v.fail("routing.foreign_request_tokens", "%g must not be negative", c.Routing.ForeignRequestTokens)
 	}
+	if !(c.Routing.ForeignRunningShare >= 0 && c.Routing.ForeignRunningShare <= 1) {
+		v.fail("routing.foreign_running_share", "%g must be within 0..1", c.Routing.ForeignRunningShare)
+	}
 	if c.Routing.DecodeInterference < 0 {
 		v.fail("routing.decode_interference", "%s must not be negative", c.Routing.DecodeInterference)
 	}

@@ -244,3 +244,43 @@ func TestDecideIDsIsDecide(t *testing.T) {
 		t.Fatalf("unknown model: %+v", d)
 	}
 }
+
+// TestForeignRunningShareDrainsSinceTheScrape: with foreign_running_share,
+// each running request another router sent costs that share of the mean
+// uncached prompt as queued prefill, drained at the prefill rate since the
+// scrape that saw it; at 0 (the default) running foreign requests cost no
+// prefill, as before.
+func TestForeignRunningShareDrainsSinceTheScrape(t *testing.T) {
+	r := &Router{}
+	opts := costOpts
+	opts.DecodeInterference = 0
+	scrape := time.Unix(100, 0)
+	// 3 running, 1 of them this router's: 2 foreign, mean 2,000 tokens.
+	st := index.ReplicaState{Load: index.Load{Running: 3}, InFlight: 1, InFlightAtLoad: 1, MeanPromptTokens: 2000, LoadAt: scrape}
+	for _, c := range []struct {
+		share float64
+		age   time.Duration
+		want  float64 // seconds at 10,000 tokens/s, no uncached tokens of its own
+	}{
+		{0, 0, 0},
+		{0.5, 0, 0.2},                      // 2 × 2,000 × 0.5 = 2,000 tokens
+		{0.5, 50 * time.Millisecond, 0.15}, // 500 tokens drained
+		{0.5, 500 * time.Millisecond, 0},   // all of it
+		{1, 100 * time.Millisecond, 0.3},   // 4,000 − 1,000
+	} {
+		opts.ForeignRunningShare = c.share
+		r.SetOptions(opts)
+		s := st
+		s.At = scrape.Add(c.age)
+		if got := r.cost(&candidate{state: s, rate: 10000}, 0); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("share %g, scrape %v old: cost %g s, want %g s", c.share, c.age, got, c.want)
+		}
+	}
+	// Waiting foreign requests are not drained: whole until the next scrape.
+	opts.ForeignRunningShare = 0.5
+	r.SetOptions(opts)
+	w := index.ReplicaState{Load: index.Load{Waiting: 1}, MeanPromptTokens: 2000, LoadAt: scrape, At: scrape.Add(time.Second)}
+	if got := r.cost(&candidate{state: w, rate: 10000}, 0); math.Abs(got-0.2) > 1e-9 {
+		t.Errorf("foreign waiting request: cost %g s, want 0.2 s", got)
+	}
+}

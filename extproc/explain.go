@@ -159,7 +159,7 @@ func (rec *recorder) weigh(r *Router, c *candidate, held index.Match, uncached, 
 		return
 	}
 	e := &rec.cands[c.slot]
-	queued := r.queued(&c.state)
+	queued := r.queued(&c.state, c.rate)
 	e.Weighed = true
 	e.MatchedBlocks, e.GPUBlocks, e.CPUBlocks = held.Blocks, held.GPUBlocks, held.Blocks-held.GPUBlocks
 	e.WeightedBlocks = Figure(held.Weighted)

@@ -75,6 +75,10 @@ type RouterOptions struct {
 	// ForeignRequestTokens is the uncached prompt assumed for a waiting
 	// request this router did not send, until the engine's mean is learned.
 	ForeignRequestTokens float64
+	// ForeignRunningShare is the share of the mean uncached prompt charged
+	// for each running request this router did not send (still prefilling,
+	// as far as the last scrape can tell).
+	ForeignRunningShare float64
 	// DecodeInterference is the seconds one decoding sequence adds to a
 	// prefill on the same replica.
 	DecodeInterference float64
@@ -496,12 +500,13 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 // Queued prefill is this router's own outstanding uncached tokens on c plus,
 // for the requests the engine reports that this router did not send, the
 // waiting ones × the engine's learned mean uncached prompt (prefill rate
-// default while nothing is learned). Decoding sequences are this router's in
+// default while nothing is learned), and the running ones × foreign_running_share
+// of it (queued). Decoding sequences are this router's in
 // flight there plus the engine's foreign running ones.
 func (r *Router) cost(c *candidate, uncached float64) float64 {
 	st := &c.state
 	_, fr := st.Foreign()
-	cost := (r.queued(st)+max(uncached, 0))/c.rate + r.o().DecodeInterference*(float64(st.InFlight)+fr)
+	cost := (r.queued(st, c.rate)+max(uncached, 0))/c.rate + r.o().DecodeInterference*(float64(st.InFlight)+fr)
 	if r.o().KVUsageCeiling > 0 && st.Load.KVUsage > r.o().KVUsageCeiling {
 		cost += r.o().KVFullPenalty
 	}
@@ -511,16 +516,30 @@ func (r *Router) cost(c *candidate, uncached float64) float64 {
 	return cost
 }
 
-// queued is the prefill tokens ahead of a new request on a replica (see
-// cost): this router's outstanding uncached tokens plus the engine's foreign
-// waiting requests × its learned mean uncached prompt.
-func (r *Router) queued(st *index.ReplicaState) float64 {
-	fw, _ := st.Foreign()
+// queued is the prefill tokens ahead of a new request on a replica at
+// prefill rate rate (see cost): this router's outstanding uncached tokens
+// plus the engine's foreign requests × its learned mean uncached prompt —
+// each waiting one whole, each running one foreign_running_share of it,
+// drained at rate since the scrape that saw it.
+func (r *Router) queued(st *index.ReplicaState, rate float64) float64 {
+	return st.PendingTokens + r.foreignQueued(st, rate)
+}
+
+// foreignQueued is the part of queued that other routers and clients sent.
+// The running part is what the scrape suggests is still being prefilled:
+// it drains like this router's own queue, so a stale scrape (1 s old) no
+// longer marks a replica busy whose foreign prefills ended long ago.
+func (r *Router) foreignQueued(st *index.ReplicaState, rate float64) float64 {
+	fw, fr := st.Foreign()
 	mean := st.MeanPromptTokens
 	if !(mean > 0) {
 		mean = r.o().ForeignRequestTokens
 	}
-	return st.PendingTokens + fw*mean
+	running := fr * mean * r.o().ForeignRunningShare
+	if running > 0 && rate > 0 && st.At.After(st.LoadAt) {
+		running = max(0, running-rate*st.At.Sub(st.LoadAt).Seconds())
+	}
+	return fw*mean + running
 }
 
 // byLoad places a request no replica holds a prefix of by the same cost, all
@@ -579,7 +598,7 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 		roomBound := float64(least) + placementOccupancySlack*float64(len(keys))
 		top := uint64(0)
 		for i := range cands {
-			idle := cands[i].state.PendingTokens < 1 && cands[i].state.Load.Waiting == 0
+			idle := cands[i].state.PendingTokens < 1 && cands[i].state.Load.Waiting == 0 && r.foreignQueued(&cands[i].state, cands[i].rate) < 1
 			if (cs[i] > bound && !(idle && cs[i] <= idleBound)) || float64(cands[i].state.Blocks) > roomBound {
 				continue
 			}

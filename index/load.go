@@ -84,9 +84,11 @@ type Ticket struct{ upTo float64 }
 // ReplicaState is a snapshot of one replica.
 type ReplicaState struct {
 	Replica
-	Name    string
-	Load    Load
-	LoadAt  time.Time // zero until the first SetLoad
+	Name   string
+	Load   Load
+	LoadAt time.Time // zero until the first SetLoad
+	// At is when the snapshot was taken (the index's clock).
+	At      time.Time
 	Healthy bool
 	// InFlight counts requests routed here whose streams have not ended.
 	InFlight int64
@@ -287,6 +289,7 @@ func (rs *replicaState) snapshot(r Replica, now time.Time, defaultRate float64) 
 		Name:             rs.name,
 		Load:             rs.load,
 		LoadAt:           rs.loadAt,
+		At:               now,
 		Healthy:          rs.healthy,
 		InFlight:         rs.inFlight.Load(),
 		InFlightAtLoad:   rs.inFlightAtLoad,

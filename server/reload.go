@@ -33,7 +33,7 @@ var ErrRestartRequired = errors.New("these keys change only with a restart")
 // stream's own settings (body_limit_bytes, body_mode, debug_headers) and
 // everything outside routing need a restart.
 var liveRoutingKeys = map[string]bool{
-	"prefill_tokens_per_second": true, "foreign_request_tokens": true, "decode_interference": true,
+	"prefill_tokens_per_second": true, "foreign_request_tokens": true, "decode_interference": true, "foreign_running_share": true,
 	"kv_usage_ceiling": true, "kv_full_penalty": true, "placement_slack": true, "fail_open": true,
 	"max_prompt_bytes": true, "max_prompt_tokens": true, "max_messages": true, "max_decide_bytes_in_flight": true,
 	"load_weight": true, // deprecated and ignored

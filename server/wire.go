@@ -44,6 +44,7 @@ func RouterOptions(r config.Routing) extproc.RouterOptions {
 		PrefillTokensPerSecond: r.PrefillTokensPerSecond,
 		ForeignRequestTokens:   r.ForeignRequestTokens,
 		DecodeInterference:     r.DecodeInterference.Std().Seconds(),
+		ForeignRunningShare:    r.ForeignRunningShare,
 		KVUsageCeiling:         r.KVUsageCeiling,
 		KVFullPenalty:          r.KVFullPenalty.Std().Seconds(),
 		PlacementSlack:         r.PlacementSlack,

@@ -51,6 +51,8 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	fs.IntVar(&ten.Adapters, "adapters", ten.Adapters, "tenants: LoRA adapters")
 	fs.IntVar(&o.Gateways, "gateways", o.Gateways, "gateway replicas in front of the fleet (each policy instance and each kvroute with its own state; clients spread evenly)")
 	fs.StringVar(&o.Routing, "routing", o.Routing, `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}" (kvroute policies only)`)
+	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", routebench.DefaultBenchScrapeInterval, "kvroute's ingest.scrape_interval (how often each kvroute reads every engine's /metrics)")
+	fs.StringVar(&o.RoutingB, "routing-b", o.RoutingB, `routing config of the extra policy kvroute-tokens-b (keys: tokens), for an A/B inside one run`)
 	fs.BoolVar(&o.Churn, "churn", o.Churn, "restart replica 0 (cache gone, same address) and start one more replica (down until then) mid-phase")
 	fs.Float64Var(&o.RestartAt, "restart-at", o.RestartAt, "churn: restart at this fraction of the phase")
 	fs.Float64Var(&o.JoinAt, "join-at", o.JoinAt, "churn: the extra replica joins at this fraction of the phase")
@@ -101,7 +103,7 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	}
 	fmt.Fprintf(&hdr, "; phases of %v (at least %d requests); rates %s req/s; policies %s; wall time %s\n",
 		o.PhaseDuration, o.MinRequests, joinFloats(o.Rates), strings.Join(o.Policies, ", "), time.Since(start).Round(time.Second))
-	hdr.WriteString("\nceilings (rows in italics): *bound: infinite cache* = the reuse in the workload (every block ever computed kept); *bound: pooled cache* = one engine holding the whole fleet's KV with the engines' BlockPool and eviction, requests replayed one at a time. `greedy-cache-aware` asks the engines' real caches and picks greedily: a heuristic, not a bound.\n")
+	hdr.WriteString("\nceilings (rows in italics): *bound: infinite cache* = the reuse in the workload (every block ever computed kept); *bound: pooled cache* = one engine holding the whole fleet's KV with the engines' BlockPool and eviction, requests replayed one at a time. Their TTFT columns are each request's zero-queue time to first token under that cache in the engines' time model (uncached prompt tokens × prefill per token): for the infinite cache a floor under every router's quantiles (\"floor\"), for the pooled cache an estimate (\"est.\"), not a bound. `greedy-cache-aware` asks the engines' real caches and picks greedily: a heuristic, not a bound.\n")
 	params := map[string]string{}
 	for _, w := range o.Workloads {
 		params[w.Kind] = routebench.Describe(w)

@@ -16,6 +16,79 @@ import (
 )
 
 func newPicker(policy string, engines int, o Options) (picker, error) {
+	if o.Gateways > 1 && policy != policyPooled {
+		m := &multiPicker{of: map[int]int{}, inFlight: make([][]int, o.Gateways)}
+		for g := range o.Gateways {
+			p, err := newPicker1(policy, engines, o)
+			if err != nil {
+				return nil, err
+			}
+			m.ps = append(m.ps, p)
+			m.inFlight[g] = make([]int, engines)
+		}
+		return m, nil
+	}
+	return newPicker1(policy, engines, o)
+}
+
+// multiPicker is several independent router instances over one fleet:
+// request i is decided by instance i mod len(ps), which counts only its
+// own requests in flight; every instance receives every engine's KV events
+// and scrapes (each kvroute has its own ingest).
+type multiPicker struct {
+	ps       []picker
+	of       map[int]int // request id → engine, for its instance's in-flight count
+	inFlight [][]int
+}
+
+func (m *multiPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
+	g := id % len(m.ps)
+	e, err := m.ps[g].pick(now, id, tokens, m.inFlight[g])
+	if err == nil {
+		m.of[id] = e
+		m.inFlight[g][e]++
+	}
+	return e, err
+}
+
+func (m *multiPicker) done(id int) {
+	g := id % len(m.ps)
+	if e, ok := m.of[id]; ok {
+		m.inFlight[g][e]--
+		delete(m.of, id)
+	}
+	m.ps[g].done(id)
+}
+
+func (m *multiPicker) events(e int, payload []byte) error {
+	for _, p := range m.ps {
+		if err := p.events(e, payload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *multiPicker) scrape(now time.Time, stats []vllmemu.Stats) {
+	for _, p := range m.ps {
+		p.scrape(now, stats)
+	}
+}
+
+func (m *multiPicker) decisions() map[string]int {
+	var out map[string]int
+	for _, p := range m.ps {
+		for k, v := range p.decisions() {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[k] += v
+		}
+	}
+	return out
+}
+
+func newPicker1(policy string, engines int, o Options) (picker, error) {
 	switch policy {
 	case PolicyKVRoute:
 		return newKVRoute(engines, o)

@@ -45,6 +45,11 @@ type Options struct {
 	// RoutingYAML is extra kvroute routing config ("{placement_slack: 1}"),
 	// for tuning; "" takes the defaults.
 	RoutingYAML string
+	// Gateways is the number of independent router instances in front of
+	// the fleet (default 1): request i goes to instance i mod Gateways; each
+	// kvroute has its own index, ingest and bookkeeping, each gateway-side
+	// policy its own memory and in-flight counts.
+	Gateways int
 	// IndexTTL is kvroute's index.ttl; 0 keeps its default.
 	IndexTTL time.Duration
 	Seed     uint64

@@ -43,6 +43,22 @@ type EmuFleetOptions struct {
 	Logger *slog.Logger // nil → discarded
 }
 
+// engineOptions are the options of replica rp's engine.
+func (o EmuFleetOptions) engineOptions(rp Replica, log *slog.Logger) vllmemu.Options {
+	seed := o.Seed
+	return vllmemu.Options{
+		Model: o.Model, Tokenizer: o.Tokenizer, Chat: o.Chat, BlockSize: o.BlockSize, NumBlocks: o.NumBlocks,
+		HashAlgo: o.HashAlgo, Seed: &seed, MaxNumSeqs: o.MaxNumSeqs, LoRAAdapters: o.LoRAAdapters,
+		PrefillPerToken: o.PrefillPerToken, DecodePerToken: o.DecodePerToken,
+		EventsEndpoint: rp.Events, ReplayEndpoint: rp.Replay, Logger: log,
+	}
+}
+
+// TimeModel is the latency model of the fleet's engines.
+func (o EmuFleetOptions) TimeModel() vllmemu.TimeModel {
+	return o.engineOptions(Replica{}, nil).TimeModel()
+}
+
 // EmuFleet is N vllmemu engines, each behind its own loopback HTTP server
 // and publishing KV events on loopback ZeroMQ sockets. Unlike child
 // processes it lets the greedy policy ask each engine's real prefix cache,
@@ -127,14 +143,8 @@ func (f *EmuFleet) Start(ctx context.Context, i int) error {
 	if f.engines[i] != nil {
 		return nil
 	}
-	o, rp := f.o, f.Replicas[i]
-	seed := o.Seed
-	e, err := vllmemu.New(vllmemu.Options{
-		Model: o.Model, Tokenizer: o.Tokenizer, Chat: o.Chat, BlockSize: o.BlockSize, NumBlocks: o.NumBlocks,
-		HashAlgo: o.HashAlgo, Seed: &seed, MaxNumSeqs: o.MaxNumSeqs, LoRAAdapters: o.LoRAAdapters,
-		PrefillPerToken: o.PrefillPerToken, DecodePerToken: o.DecodePerToken,
-		EventsEndpoint: rp.Events, ReplayEndpoint: rp.Replay, Logger: f.log,
-	})
+	rp := f.Replicas[i]
+	e, err := vllmemu.New(f.o.engineOptions(rp, f.log))
 	if err != nil {
 		return err
 	}

@@ -45,15 +45,25 @@ type KVRouteConfig struct {
 	// Routing is extra routing config as a YAML flow mapping, e.g.
 	// "{placement_slack: 1}" (kvroute-bench run --routing); "" = defaults.
 	Routing string
+	// ScrapeInterval is ingest.scrape_interval; 0 is the benchmark's
+	// DefaultBenchScrapeInterval.
+	ScrapeInterval time.Duration
 }
 
+// DefaultBenchScrapeInterval is how often the benchmark's kvroute reads the
+// engines' load, so queue lengths are fresh at benchmark rates.
+const DefaultBenchScrapeInterval = 200 * time.Millisecond
+
 // YAML renders the config file kvroute serve reads (see docs/CONFIG.md).
-// Load is scraped every 200ms so queue lengths are fresh at benchmark rates.
 func (c KVRouteConfig) YAML() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: {extproc: %q, admin: %q}\n", c.ExtProc, c.Admin)
 	b.WriteString("log: {level: warn, format: text}\n")
-	b.WriteString("ingest: {scrape_interval: 200ms}\n")
+	scrape := c.ScrapeInterval
+	if scrape <= 0 {
+		scrape = DefaultBenchScrapeInterval
+	}
+	fmt.Fprintf(&b, "ingest: {scrape_interval: %s}\n", scrape)
 	var routing []string
 	if c.DebugHeaders {
 		routing = append(routing, "debug_headers: true")

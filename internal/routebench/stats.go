@@ -24,8 +24,17 @@ type Result struct {
 	// engine that is down (Envoy answers 503 there too); Decisions tells
 	// kvroute's own apart.
 	Rejected int
-	// Bound marks a ceiling row (no routing): only the hit rate is meaningful.
+	// Bound marks a ceiling row (no routing): its TTFT holds each request's
+	// zero-queue time to first token under that cache (Ceilings); it has no
+	// throughput, balance or errors.
 	Bound bool
+	// BelowFloor counts the answered requests faster than their own
+	// infinite-cache floor (routed rows; 0 when the floor holds).
+	BelowFloor int
+	// Wait holds, per answered request, its TTFT minus the zero-queue
+	// prefill of the prompt tokens it did not hit (routed rows): the time
+	// it spent behind other work.
+	Wait []time.Duration
 	// WorkingSetBlocks is the distinct prompt blocks of the workload and
 	// SharedBlocks those in more than one request (Bound rows only).
 	WorkingSetBlocks int
@@ -154,14 +163,28 @@ func (r *Result) Imbalance() float64 {
 	return float64(peak) / (float64(sum) / float64(len(r.PerReplica)))
 }
 
-// WriteMarkdown writes one table row per result; ceiling rows show only
-// their hit rate.
+// WriteMarkdown writes one table row per result; ceiling rows show their
+// hit rate and zero-queue TTFT quantiles (floors for the infinite cache,
+// estimates for the pooled one).
 func WriteMarkdown(w io.Writer, results []*Result) {
 	fmt.Fprintln(w, "| workload | rate (req/s) | policy | token hit rate | TTFT p50 | TTFT p90 | TTFT p99 | throughput (req/s) | imbalance (max/mean) | errors | rejected (503) |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		if r.Bound {
-			fmt.Fprintf(w, "| %s | %g | *%s* | %.1f %% | — | — | — | — | — | — | — |\n", r.Label(), r.Rate, r.Policy, 100*r.HitRate())
+			// The infinite cache's TTFTs are floors; the pooled cache's are
+			// estimates (Ceilings).
+			tag := "floor"
+			if r.Policy == BoundPooled {
+				tag = "est."
+			}
+			cell := func(q float64) string {
+				if len(r.TTFT) == 0 {
+					return "—"
+				}
+				return ms(r.Percentile(q)) + " " + tag
+			}
+			fmt.Fprintf(w, "| %s | %g | *%s* | %.1f %% | %s | %s | %s | — | — | — | — |\n", r.Label(), r.Rate, r.Policy, 100*r.HitRate(),
+				cell(0.5), cell(0.9), cell(0.99))
 			continue
 		}
 		fmt.Fprintf(w, "| %s | %g | %s | %.1f %% | %s | %s | %s | %.1f | %.2f | %d | %d |\n",

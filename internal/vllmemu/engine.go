@@ -158,30 +158,7 @@ func build(opts Options) (*Engine, error) {
 	if opts.Model == "" {
 		return nil, errors.New("vllmemu: Options.Model is required")
 	}
-	if opts.BlockSize == 0 {
-		opts.BlockSize = defaultBlockSize
-	}
-	if opts.NumBlocks == 0 {
-		opts.NumBlocks = defaultNumBlocks
-	}
-	if opts.HashAlgo == 0 {
-		opts.HashAlgo = blockhash.SHA256
-	}
-	if opts.MaxNumSeqs == 0 {
-		opts.MaxNumSeqs = defaultMaxNumSeqs
-	}
-	if opts.MaxNumBatchedTokens == 0 {
-		opts.MaxNumBatchedTokens = defaultMaxNumBatchedTokens
-	}
-	if opts.PrefillPerToken == 0 {
-		opts.PrefillPerToken = defaultPrefillPerToken
-	}
-	if opts.DecodePerToken == 0 {
-		opts.DecodePerToken = defaultDecodePerToken
-	}
-	if opts.ReplayBuffer == 0 {
-		opts.ReplayBuffer = defaultReplayBuffer
-	}
+	opts = opts.withDefaults()
 	switch {
 	case opts.BlockSize < 1, opts.NumBlocks < 2, opts.MaxNumSeqs < 1, opts.MaxNumBatchedTokens < 1,
 		opts.PrefillPerToken < 0, opts.DecodePerToken < 0, opts.StepOverhead < 0, opts.MaxModelLen < 0,
@@ -229,6 +206,36 @@ func build(opts Options) (*Engine, error) {
 	e.filler = makeFiller(opts.Tokenizer)
 	e.met = newMetrics(e.reg, e)
 	return e, nil
+}
+
+// withDefaults fills o's zero values with the documented defaults (those
+// that do not depend on other fields).
+func (o Options) withDefaults() Options {
+	if o.BlockSize == 0 {
+		o.BlockSize = defaultBlockSize
+	}
+	if o.NumBlocks == 0 {
+		o.NumBlocks = defaultNumBlocks
+	}
+	if o.HashAlgo == 0 {
+		o.HashAlgo = blockhash.SHA256
+	}
+	if o.MaxNumSeqs == 0 {
+		o.MaxNumSeqs = defaultMaxNumSeqs
+	}
+	if o.MaxNumBatchedTokens == 0 {
+		o.MaxNumBatchedTokens = defaultMaxNumBatchedTokens
+	}
+	if o.PrefillPerToken == 0 {
+		o.PrefillPerToken = defaultPrefillPerToken
+	}
+	if o.DecodePerToken == 0 {
+		o.DecodePerToken = defaultDecodePerToken
+	}
+	if o.ReplayBuffer == 0 {
+		o.ReplayBuffer = defaultReplayBuffer
+	}
+	return o
 }
 
 // fillerWords are the generated text: the emulator computes no logits.

@@ -59,19 +59,15 @@ func (e *Engine) schedulerLoop(ctx context.Context) {
 }
 
 func (e *Engine) stepDuration(plan []scheduled) time.Duration {
-	d := e.opts.StepOverhead
-	decoding := false
+	prefill, decoding := 0, false
 	for _, s := range plan {
 		if s.prefill {
-			d += time.Duration(s.tokens) * e.opts.PrefillPerToken
+			prefill += s.tokens
 		} else {
 			decoding = true
 		}
 	}
-	if decoding {
-		d += e.opts.DecodePerToken
-	}
-	return d
+	return e.opts.TimeModel().Step(prefill, decoding)
 }
 
 // schedule plans one step as vLLM's v1 scheduler does, simplified to one
