@@ -108,6 +108,9 @@ type Router struct {
 	ids     sync.Pool // *[]int: token-id buffers for appendEncoder
 	// bytesInFlight is the body bytes of decisions in progress.
 	bytesInFlight atomic.Int64
+	// tieBreak picks one of n equal-cost endpoints (0 ≤ result < n):
+	// math/rand/v2's shared source, or a seeded one (SeedTieBreaks).
+	tieBreak func(n int) int
 }
 
 type modelRef struct {
@@ -132,7 +135,7 @@ func (p *pool) endpoints() []Endpoint {
 
 // NewRouter builds a router over the index's pools.
 func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router, error) {
-	r := &Router{ix: ix, byModel: map[string]modelRef{}}
+	r := &Router{ix: ix, byModel: map[string]modelRef{}, tieBreak: rand.IntN}
 	r.opts.Store(&opts)
 	for _, pc := range pools {
 		p := &pool{PoolConfig: pc}
@@ -154,6 +157,15 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 	r.matches.New = func() any { s := make([]index.Match, 0, 64); return &s }
 	r.ids.New = func() any { s := []int(nil); return &s }
 	return r, nil
+}
+
+// SeedTieBreaks makes the router's choices among equal-cost endpoints a
+// repeatable sequence from seed, for replays on a virtual clock
+// (internal/fleetsim) in which one goroutine makes every decision: the
+// seeded source is not safe for concurrent decisions. Call it before the
+// first decision.
+func (r *Router) SeedTieBreaks(seed uint64) {
+	r.tieBreak = rand.New(rand.NewPCG(seed, 0)).IntN
 }
 
 // o is the options now.
@@ -575,7 +587,7 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 		case c == cs[best]:
 			// Reservoir sampling keeps each tied endpoint with equal chance.
 			ties++
-			if rand.IntN(ties) == 0 {
+			if r.tieBreak(ties) == 0 {
 				best = i
 			}
 		}
@@ -694,7 +706,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 		case costs[i] == costs[best]:
 			// Reservoir sampling keeps each tied endpoint with equal chance.
 			ties++
-			if rand.IntN(ties) == 0 {
+			if r.tieBreak(ties) == 0 {
 				best = i
 			}
 		}

@@ -46,7 +46,8 @@ func TestThreeGatewaysForeignRunningShare(t *testing.T) {
 		o.RoutingYAML, o.Gateways = routing, 3
 		var f figures
 		var runs []string
-		for range n {
+		for i := range n {
+			o.Seed = uint64(i + 1) // n seeds, the same n for every policy
 			res, err := Run(src, policy, o)
 			if err != nil {
 				t.Fatal(err)

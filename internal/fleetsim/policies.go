@@ -19,7 +19,9 @@ func newPicker(policy string, engines int, o Options) (picker, error) {
 	if o.Gateways > 1 && policy != policyPooled {
 		m := &multiPicker{of: map[int]int{}, inFlight: make([][]int, o.Gateways)}
 		for g := range o.Gateways {
-			p, err := newPicker1(policy, engines, o)
+			og := o
+			og.Seed = o.Seed + uint64(g) // each instance its own random choices
+			p, err := newPicker1(policy, engines, og)
 			if err != nil {
 				return nil, err
 			}
@@ -232,6 +234,7 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 	if err != nil {
 		return nil, err
 	}
+	k.router.SeedTieBreaks(o.Seed) // a replay is repeatable for its seed
 	return k, nil
 }
 

@@ -52,7 +52,9 @@ type Options struct {
 	Gateways int
 	// IndexTTL is kvroute's index.ttl; 0 keeps its default.
 	IndexTTL time.Duration
-	Seed     uint64
+	// Seed drives every random choice of the run (the random policy,
+	// kvroute's tie-breaks): one seed, one result.
+	Seed uint64
 	// Progress, when set, receives a line every ProgressEvery requests.
 	Progress      io.Writer
 	ProgressEvery int
