@@ -45,14 +45,7 @@ func TestSimulatorAgreesWithTheRealSocketBenchmark(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Rate, w.Requests = rate, n
-	reqs, err := routebench.Generate(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var src SliceSource
-	for _, r := range reqs {
-		src = append(src, Request{At: r.At, Tokens: tok.Encode(r.Prompt, true), MaxTokens: r.MaxTokens})
-	}
+	src := benchmarkWorkload(t, tok, w)
 	so := DefaultOptions()
 	so.Engines, so.KVBlocks, so.BlockSize, so.MaxNumSeqs, so.MaxModelLen = 4, 256, 16, 4, 255*16
 	so.Prefill, so.Decode, so.ScrapeInterval = bo.Prefill, bo.Decode, 200*time.Millisecond

@@ -31,14 +31,7 @@ func TestDecodeInterferenceInTheSimulator(t *testing.T) {
 		{Kind: routebench.SharedPrefix, Groups: 8, UsersPerGroup: 8, PrefixWords: 1300, QuestionWords: 24, MaxTokens: 8, Seed: 1, Rate: 40, Requests: 600},
 	}
 	for _, w := range ws {
-		reqs, err := routebench.Generate(w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var src SliceSource
-		for _, r := range reqs {
-			src = append(src, Request{At: r.At, Tokens: tok.Encode(r.Prompt, true), MaxTokens: r.MaxTokens})
-		}
+		src := benchmarkWorkload(t, tok, w)
 		hit := map[string]float64{}
 		for _, run := range []struct{ name, policy, routing string }{
 			{"kvroute (default)", PolicyKVRoute, ""},
@@ -46,9 +39,7 @@ func TestDecodeInterferenceInTheSimulator(t *testing.T) {
 			{"kvroute 25ms", PolicyKVRoute, "{decode_interference: 25ms}"},
 			{"approx-prefix", PolicyApproxPrefix, ""},
 		} {
-			o := DefaultOptions()
-			o.Engines, o.KVBlocks, o.BlockSize, o.MaxNumSeqs, o.MaxModelLen = 4, 256, 16, 8, 255*16
-			o.Prefill, o.Decode, o.ScrapeInterval = 100*time.Microsecond, 5*time.Millisecond, 200*time.Millisecond
+			o := benchmarkFleet(200 * time.Millisecond)
 			o.RoutingYAML = run.routing
 			// Random tie-breaks move kvroute's figure by about a point
 			// between seeds: the mean over the same seeds is compared.

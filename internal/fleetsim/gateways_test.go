@@ -29,20 +29,11 @@ func TestThreeGatewaysForeignRunningShare(t *testing.T) {
 	}
 	w := routebench.WorkloadParams{Kind: routebench.Eviction, Groups: 36, PrefixWords: 1300, QuestionWords: 24, ZipfS: 1,
 		MaxTokens: 8, Seed: 5, Rate: 20, Requests: 1200}
-	reqs, err := routebench.Generate(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var src SliceSource
-	for _, r := range reqs {
-		src = append(src, Request{At: r.At, Tokens: tok.Encode(r.Prompt, true), MaxTokens: r.MaxTokens})
-	}
+	src := benchmarkWorkload(t, tok, w)
 	const repeats = 3
 	type figures struct{ hit, p90 float64 }
 	run := func(name, policy, routing string, scrape time.Duration, n int) figures {
-		o := DefaultOptions()
-		o.Engines, o.KVBlocks, o.BlockSize, o.MaxNumSeqs, o.MaxModelLen = 4, 256, 16, 8, 255*16
-		o.Prefill, o.Decode, o.ScrapeInterval = 100*time.Microsecond, 5*time.Millisecond, scrape
+		o := benchmarkFleet(scrape)
 		o.RoutingYAML, o.Gateways = routing, 3
 		var f figures
 		var runs []string

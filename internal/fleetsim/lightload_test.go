@@ -24,23 +24,14 @@ func TestLightLoadSharedDocumentsHitAsOftenAsApproxPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := DefaultOptions()
-	o.Engines, o.KVBlocks, o.BlockSize, o.MaxNumSeqs, o.MaxModelLen = 4, 256, 16, 8, 255*16
-	o.Prefill, o.Decode, o.ScrapeInterval = 100*time.Microsecond, 5*time.Millisecond, 200*time.Millisecond
+	o := benchmarkFleet(200 * time.Millisecond)
 	for _, c := range []struct {
 		rate     float64
 		requests int
 	}{{8, 32}, {20, 80}} {
 		w := routebench.WorkloadParams{Kind: routebench.SharedPrefix, Groups: 8, UsersPerGroup: 8, PrefixWords: 1300,
 			QuestionWords: 24, MaxTokens: 8, Seed: 1, Rate: c.rate, Requests: c.requests}
-		reqs, err := routebench.Generate(w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var src SliceSource
-		for _, r := range reqs {
-			src = append(src, Request{At: r.At, Tokens: tok.Encode(r.Prompt, true), MaxTokens: r.MaxTokens})
-		}
+		src := benchmarkWorkload(t, tok, w)
 		hit := map[string]float64{}
 		for _, pol := range []string{PolicyApproxPrefix, PolicyKVRoute} {
 			res, err := Run(src, pol, o)
