@@ -32,12 +32,14 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", o.ScrapeInterval, "how often kvroute reads the engines' load")
 	fs.DurationVar(&o.IndexTTL, "index-ttl", 0, "kvroute's index.ttl (0: its default)")
 	fs.StringVar(&o.RoutingYAML, "routing", "", `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}"`)
+	fs.IntVar(&o.Gateways, "gateways", o.Gateways, "independent router instances in front of the fleet, request i to instance i mod N: each approx-prefix instance its own memory, each kvroute its own index, ingest and bookkeeping (as several GIE or kvroute replicas)")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of every random choice in the run (the random policy, kvroute's tie-breaks among equal costs)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if fs.NArg() > 0 || *trace == "" || o.Engines < 1 || o.Engines > 64 {
-		fmt.Fprintln(io.err, "kvroute-bench sim: --trace FILE is required; --engines within 1..64")
+	if fs.NArg() > 0 || *trace == "" || o.Engines < 1 || o.Engines > 64 || o.Gateways < 1 || o.Gateways > 16 {
+		fmt.Fprintln(io.err, "kvroute-bench sim: --trace FILE is required; --engines within 1..64, --gateways within 1..16")
 		fs.Usage()
 		return errUsage
 	}

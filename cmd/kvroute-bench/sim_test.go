@@ -42,7 +42,7 @@ func TestSimWritesResults(t *testing.T) {
 }
 
 func TestSimUsage(t *testing.T) {
-	for _, args := range [][]string{{"sim"}, {"sim", "--trace", "x", "--engines", "0"}, {"sim", "--trace", "x", "--engines", "65"}} {
+	for _, args := range [][]string{{"sim"}, {"sim", "--trace", "x", "--engines", "0"}, {"sim", "--trace", "x", "--engines", "65"}, {"sim", "--trace", "x", "--gateways", "0"}, {"sim", "--trace", "x", "--gateways", "17"}} {
 		if code, _, errs := runCmd(t, args...); code != 2 || errs == "" {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
 		}
@@ -50,4 +50,45 @@ func TestSimUsage(t *testing.T) {
 	if code, _, errs := runCmd(t, "sim", "--trace", filepath.Join(t.TempDir(), "missing.jsonl")); code != 1 || !strings.Contains(errs, "missing.jsonl") {
 		t.Errorf("missing trace: exit %d, stderr %q", code, errs)
 	}
+}
+
+// TestSimGatewaysSplitTheMemory runs the small trace behind one and three
+// gateways: three approx-prefix instances, each remembering only its own
+// third of the decisions, hit less than one, and every request is answered.
+func TestSimGatewaysSplitTheMemory(t *testing.T) {
+	trace := filepath.Join("..", "..", "internal", "fleetsim", "testdata", "small_trace.jsonl")
+	hit := map[string]float64{}
+	for _, g := range []string{"1", "3"} {
+		out := t.TempDir()
+		code, _, stderr := runCmd(t, "sim", "--trace", trace, "--engines", "4", "--kv-blocks", "1024",
+			"--policies", "approx-prefix,kvroute", "--gateways", g, "--seed", "7", "--quiet", "--out", out)
+		if code != 0 {
+			t.Fatalf("--gateways %s: exit %d: %s", g, code, stderr)
+		}
+		raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Policies []struct {
+				Name     string  `json:"name"`
+				Hit      float64 `json:"token_hit_rate"`
+				Requests int     `json:"requests"`
+				Errors   int     `json:"errors"`
+			} `json:"policies"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range r.Policies {
+			if p.Requests == 0 || p.Errors != 0 {
+				t.Fatalf("--gateways %s: results.json %s", g, raw)
+			}
+			hit[p.Name+"/"+g] = p.Hit
+		}
+	}
+	if !(hit["approx-prefix/3"] < hit["approx-prefix/1"]) {
+		t.Errorf("approx-prefix hit %.3f behind 3 gateways, %.3f behind 1: --gateways did not split its memory", hit["approx-prefix/3"], hit["approx-prefix/1"])
+	}
+	t.Logf("token hit rates: %v", hit)
 }

@@ -69,7 +69,7 @@ func DefaultOptions() Options {
 	return Options{
 		Engines: 16, KVBlocks: 8192, BlockSize: 64, MaxNumSeqs: 64, MaxNumBatchedTokens: 2048,
 		MaxModelLen: 131072, Prefill: 50 * time.Microsecond, Decode: 5 * time.Millisecond,
-		ScrapeInterval: time.Second, Seed: 1, ProgressEvery: 1000,
+		ScrapeInterval: time.Second, Seed: 1, ProgressEvery: 1000, Gateways: 1,
 	}
 }
 
