@@ -21,21 +21,7 @@ func TestSimWritesResults(t *testing.T) {
 	if !strings.Contains(stdout, "| kvroute |") {
 		t.Fatalf("stdout %q", stdout)
 	}
-	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Policies []struct {
-			Name     string `json:"name"`
-			Requests int    `json:"requests"`
-			Errors   int    `json:"errors"`
-		} `json:"policies"`
-		Pooled float64 `json:"pooled_hit_rate"`
-	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
+	r, raw := readSimResults(t, out)
 	if len(r.Policies) != 2 || r.Policies[1].Name != "kvroute" || r.Policies[1].Requests != 60 || r.Policies[1].Errors != 0 || r.Pooled <= 0 {
 		t.Fatalf("results.json %s", raw)
 	}
@@ -65,21 +51,7 @@ func TestSimGatewaysSplitTheMemory(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("--gateways %s: exit %d: %s", g, code, stderr)
 		}
-		raw, err := os.ReadFile(filepath.Join(out, "results.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r struct {
-			Policies []struct {
-				Name     string  `json:"name"`
-				Hit      float64 `json:"token_hit_rate"`
-				Requests int     `json:"requests"`
-				Errors   int     `json:"errors"`
-			} `json:"policies"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			t.Fatal(err)
-		}
+		r, raw := readSimResults(t, out)
 		for _, p := range r.Policies {
 			if p.Requests == 0 || p.Errors != 0 {
 				t.Fatalf("--gateways %s: results.json %s", g, raw)
@@ -91,4 +63,30 @@ func TestSimGatewaysSplitTheMemory(t *testing.T) {
 		t.Errorf("approx-prefix hit %.3f behind 3 gateways, %.3f behind 1: --gateways did not split its memory", hit["approx-prefix/3"], hit["approx-prefix/1"])
 	}
 	t.Logf("token hit rates: %v", hit)
+}
+
+// simResults is the part of results.json the tests read.
+type simResults struct {
+	Policies []struct {
+		Name     string  `json:"name"`
+		Hit      float64 `json:"token_hit_rate"`
+		Requests int     `json:"requests"`
+		Errors   int     `json:"errors"`
+	} `json:"policies"`
+	Pooled float64 `json:"pooled_hit_rate"`
+}
+
+// readSimResults decodes dir/results.json and returns it with its raw bytes
+// (for failure messages).
+func readSimResults(t *testing.T, dir string) (simResults, []byte) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r simResults
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r, raw
 }
