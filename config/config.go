@@ -23,7 +23,37 @@ type Config struct {
 	Routing Routing `yaml:"routing"`
 	Ingest  Ingest  `yaml:"ingest"`
 	Tracing Tracing `yaml:"tracing"`
+	Peers   Peers   `yaml:"peers"`
 	Pools   []Pool  `yaml:"pools"`
+}
+
+// Peers joins several kvroute replicas in front of one fleet into a mesh:
+// each publishes every request it routes and ends (endpoint, uncached
+// prompt tokens, block keys) and puts the others' on its own books, so each
+// prices the prefill work the others just sent. Off while Listen is "".
+// docs/CONFIG.md, peers.
+type Peers struct {
+	// Listen is the ZeroMQ PUB endpoint this kvroute publishes on
+	// (tcp://0.0.0.0:5590); the other kvroutes connect to it.
+	Listen string `yaml:"listen"`
+	// Addresses are the other kvroutes' endpoints (tcp://host:port); the
+	// list may name this kvroute too (one list for every replica): its own
+	// messages are ignored.
+	Addresses []string `yaml:"addresses"`
+	// HeartbeatInterval is how often a kvroute says it is alive.
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
+	// PeerTimeout: a peer silent this long is gone and its requests come
+	// off the books.
+	PeerTimeout Duration `yaml:"peer_timeout"`
+	// RequestTimeout: a peer's request not ended this long after it began
+	// comes off the books (its end was lost).
+	RequestTimeout Duration `yaml:"request_timeout"`
+	// MaxRequests bounds the peers' requests on the books, all peers
+	// together; a request beyond is not booked and is counted.
+	MaxRequests int `yaml:"max_requests"`
+	// MaxMessageBytes bounds one peer message; a peer announcing more is
+	// disconnected before anything is allocated.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
 }
 
 // Tracing protocols for tracing.protocol.

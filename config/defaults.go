@@ -50,6 +50,21 @@ const (
 	// 9-byte hashes) and may evict as many blocks, ≈ 4.2 MB of one-hash
 	// BlockRemoved maps: ≈ 10 MB per full-attention group. 32 MiB leaves 3×.
 	DefaultMaxMessageBytes = 32 << 20
+	// Peer mesh (peers): a heartbeat a second, a peer gone after three
+	// missed; a request's end lost is forgiven after ten minutes (longer
+	// than any generation the engines allow by default).
+	DefaultPeerHeartbeat      = time.Second
+	DefaultPeerTimeout        = 3 * time.Second
+	DefaultPeerRequestTimeout = 10 * time.Minute
+	DefaultPeerMaxRequests    = 1 << 18
+	// DefaultPeerMaxMessageBytes: a request of 256k tokens (max_prompt_tokens)
+	// at block size 16 has 16,384 keys, 128 KiB; 1 MiB leaves room for
+	// smaller blocks.
+	DefaultPeerMaxMessageBytes = 1 << 20
+	// MinPeerMessageBytes fits a message with the longest names and no keys.
+	MinPeerMessageBytes = 1 << 10
+	// MaxPeers bounds peers.addresses.
+	MaxPeers = 64
 	// MaxMessageBytesLimit is the largest ingest.max_message_bytes accepted.
 	MaxMessageBytesLimit = 1 << 30
 )
@@ -90,6 +105,13 @@ func Default() Config {
 			ScrapeTimeout:       Duration(DefaultScrapeTimeout),
 			HealthInterval:      Duration(DefaultHealthInterval),
 			MaxMessageBytes:     DefaultMaxMessageBytes,
+		},
+		Peers: Peers{
+			HeartbeatInterval: Duration(DefaultPeerHeartbeat),
+			PeerTimeout:       Duration(DefaultPeerTimeout),
+			RequestTimeout:    Duration(DefaultPeerRequestTimeout),
+			MaxRequests:       DefaultPeerMaxRequests,
+			MaxMessageBytes:   DefaultPeerMaxMessageBytes,
 		},
 	}
 }

@@ -83,6 +83,7 @@ func (c *Config) Validate() error {
 			v.fail(l.key, "%d must be positive", l.v)
 		}
 	}
+	v.peers(&c.Peers)
 	if c.Ingest.Bind != "" {
 		v.zmq("ingest.bind", c.Ingest.Bind, true)
 	}
@@ -462,6 +463,53 @@ func (v *validator) listen(path, addr string, _ bool) {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		v.fail(path, "%q has no valid port", addr)
+	}
+}
+
+// peers checks the peer mesh; with listen "" (off) the rest is not read.
+func (v *validator) peers(p *Peers) {
+	if p.Listen == "" {
+		if len(p.Addresses) > 0 {
+			v.fail("peers.addresses", "%d addresses but no peers.listen: the mesh needs this kvroute's own endpoint too", len(p.Addresses))
+		}
+		return
+	}
+	v.zmq("peers.listen", p.Listen, true)
+	if strings.HasPrefix(p.Listen, "ipc://") {
+		v.fail("peers.listen", "%q: peers listen on tcp://host:port", p.Listen)
+	}
+	if len(p.Addresses) == 0 {
+		v.fail("peers.addresses", "empty: name the other kvroutes (tcp://host:port)")
+	}
+	if len(p.Addresses) > MaxPeers {
+		v.fail("peers.addresses", "%d addresses; at most %d", len(p.Addresses), MaxPeers)
+	}
+	seen := map[string]bool{}
+	for i, a := range p.Addresses {
+		at := fmt.Sprintf("peers.addresses[%d]", i)
+		v.zmq(at, a, false)
+		if strings.HasPrefix(a, "ipc://") {
+			v.fail(at, "%q: peers are reached over tcp://host:port", a)
+		}
+		if seen[a] {
+			v.fail(at, "%q is listed twice", a)
+		}
+		seen[a] = true
+	}
+	if p.HeartbeatInterval <= 0 {
+		v.fail("peers.heartbeat_interval", "%s must be positive", p.HeartbeatInterval)
+	}
+	if p.PeerTimeout <= p.HeartbeatInterval {
+		v.fail("peers.peer_timeout", "%s must be longer than peers.heartbeat_interval (%s)", p.PeerTimeout, p.HeartbeatInterval)
+	}
+	if p.RequestTimeout <= 0 {
+		v.fail("peers.request_timeout", "%s must be positive", p.RequestTimeout)
+	}
+	if p.MaxRequests <= 0 {
+		v.fail("peers.max_requests", "%d must be positive", p.MaxRequests)
+	}
+	if p.MaxMessageBytes < MinPeerMessageBytes || p.MaxMessageBytes > MaxMessageBytesLimit {
+		v.fail("peers.max_message_bytes", "%d must be in [%d, %d]", p.MaxMessageBytes, MinPeerMessageBytes, MaxMessageBytesLimit)
 	}
 }
 

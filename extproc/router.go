@@ -111,6 +111,8 @@ type Router struct {
 	// tieBreak picks one of n equal-cost endpoints (0 ≤ result < n):
 	// math/rand/v2's shared source, or a seeded one (SeedTieBreaks).
 	tieBreak func(n int) int
+	// sharer, when set, hears of every request begun and ended (SetSharer).
+	sharer atomic.Pointer[Sharer]
 }
 
 type modelRef struct {
@@ -239,6 +241,7 @@ type Decision struct {
 	Err    error
 
 	ticket        index.Ticket // the request's place in its replica's prefill queue
+	sharedID      uint64       // the Sharer's id for it
 	matchedBlocks int          // blocks of Keys the chosen replica held
 }
 
@@ -727,16 +730,10 @@ func (r *Router) Begin(d *Decision) {
 	if d.Endpoint == nil {
 		return
 	}
-	rate := r.o().PrefillTokensPerSecond
-	if st, ok := r.ix.Replica(d.Endpoint.Replica); ok && st.PrefillRate > 0 {
-		rate = st.PrefillRate
-	}
-	d.ticket = r.ix.BeginWork(d.Endpoint.Replica, max(d.PromptTokens-d.MatchedTokens, 0), rate)
-	if len(d.Keys) > 0 {
-		// The request will hit these on its replica: keep them as fresh
-		// as the engine's LRU does.
-		r.ix.Touch(d.Endpoint.Replica, d.Keys[:d.matchedBlocks])
-		r.ix.StoreSpeculative(d.Endpoint.Replica, d.Keys)
+	uncached := max(d.PromptTokens-d.MatchedTokens, 0)
+	d.ticket = r.beginWork(d.Endpoint.Replica, uncached, d.Keys, d.matchedBlocks)
+	if s := r.share(); s != nil {
+		d.sharedID = s.Began(SharedWork{Pool: d.Pool, Endpoint: d.Endpoint.Name, Uncached: uncached, Matched: d.matchedBlocks, Keys: d.Keys})
 	}
 }
 
@@ -744,6 +741,9 @@ func (r *Router) Begin(d *Decision) {
 func (r *Router) End(d *Decision) {
 	if d.Endpoint != nil {
 		r.ix.EndWork(d.Endpoint.Replica, d.ticket)
+		if s := r.share(); s != nil {
+			s.Ended(d.sharedID)
+		}
 	}
 }
 

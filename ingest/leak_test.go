@@ -40,7 +40,7 @@ func TestClosedSocketLeavesNoReaderBehind(t *testing.T) {
 			var peer net.Conn
 			if tc.bind {
 				ep := freeEndpoint(t)
-				if err := s.Listen(cappedEndpoint(ep)); err != nil {
+				if err := s.Listen(CappedEndpoint(ep)); err != nil {
 					t.Fatal(err)
 				}
 				c, err := net.Dial("tcp", strings.TrimPrefix(ep, "tcp://"))
@@ -63,7 +63,7 @@ func TestClosedSocketLeavesNoReaderBehind(t *testing.T) {
 					}
 					close(accepted)
 				}()
-				if err := s.Dial(cappedEndpoint("tcp://" + l.Addr().String())); err != nil {
+				if err := s.Dial(CappedEndpoint("tcp://" + l.Addr().String())); err != nil {
 					t.Fatal(err)
 				}
 				peer = <-accepted

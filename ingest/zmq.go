@@ -62,7 +62,7 @@ func (rs *rankState) subscribeOnce(ctx context.Context) error {
 	if err := sub.SetOption(zmq4.OptionSubscribe, rs.in.Topic); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
-	if err := sub.Dial(cappedEndpoint(rs.events)); err != nil {
+	if err := sub.Dial(CappedEndpoint(rs.events)); err != nil {
 		return err
 	}
 	rs.setConnected(true)
@@ -133,7 +133,7 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 		if err == nil {
 			s := zmq4.NewSub(withFrameLimit(ctx, m.limits[sockBind]), quietZMQ)
 			if err = s.SetOption(zmq4.OptionSubscribe, ""); err == nil {
-				err = s.Listen(cappedEndpoint(ep))
+				err = s.Listen(CappedEndpoint(ep))
 			}
 			if err == nil {
 				socks = append(socks, s)
@@ -259,7 +259,7 @@ func (m *Manager) fetchReplay(ctx context.Context, endpoint string, start uint64
 	defer cancel()
 	d := zmq4.NewDealer(withFrameLimit(rctx, m.limits[sockReplay]), quietZMQ, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
 	defer d.Close()
-	if err := d.Dial(cappedEndpoint(endpoint)); err != nil {
+	if err := d.Dial(CappedEndpoint(endpoint)); err != nil {
 		return err
 	}
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, start))); err != nil {

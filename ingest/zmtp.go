@@ -24,7 +24,7 @@ import (
 // more than the limit, before zmq4 sees the length. Every socket ingest
 // opens (bind-mode SUB, connect-mode SUB, replay DEALER) uses them.
 
-// Capped transport names; cappedEndpoint rewrites tcp:// and ipc:// to them.
+// Capped transport names; CappedEndpoint rewrites tcp:// and ipc:// to them.
 const (
 	cappedTCP = "kvroute-tcp"
 	cappedIPC = "kvroute-ipc"
@@ -38,9 +38,10 @@ func init() {
 	}
 }
 
-// cappedEndpoint is ep on the capped transport (inproc stays: it never
-// leaves the process).
-func cappedEndpoint(ep string) string {
+// CappedEndpoint is ep on the capped transport (inproc stays: it never
+// leaves the process). A zmq4 socket made with a CappedContext and bound or
+// dialled on it refuses oversize frames; the peer mesh uses it too.
+func CappedEndpoint(ep string) string {
 	if rest, ok := strings.CutPrefix(ep, "tcp://"); ok {
 		return cappedTCP + "://" + rest
 	}
@@ -81,6 +82,31 @@ type refusal struct {
 }
 
 type frameLimitKey struct{}
+
+// Refusal is one connection a capped socket closed for an oversize frame:
+// lengths and the peer's address, never content.
+type Refusal struct {
+	Reason       string // frame_too_large or message_too_large
+	Peer         string
+	FrameBytes   uint64 // the length the frame header announced
+	MessageBytes uint64 // the message's length with that frame
+	LimitBytes   uint64
+}
+
+// CappedContext is ctx carrying a frame limit for a zmq4 socket created
+// with it and bound or dialled on CappedEndpoint: a peer whose frame header
+// announces more than maxMessageBytes (alone or with the frames of its
+// message before it) is disconnected before zmq4 allocates anything, and
+// onRefuse (nil: nobody) hears of it.
+func CappedContext(ctx context.Context, maxMessageBytes uint64, onRefuse func(Refusal)) context.Context {
+	l := &frameLimit{maxMessageBytes: maxMessageBytes}
+	if onRefuse != nil {
+		l.onRefuse = func(r refusal) {
+			onRefuse(Refusal{Reason: r.reason, Peer: r.peer, FrameBytes: r.frameBytes, MessageBytes: r.messageBytes, LimitBytes: r.limitBytes})
+		}
+	}
+	return withFrameLimit(ctx, l)
+}
 
 func withFrameLimit(ctx context.Context, l *frameLimit) context.Context {
 	return context.WithValue(ctx, frameLimitKey{}, l)

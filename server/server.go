@@ -26,6 +26,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/mesh"
 	"github.com/kvroute/kvroute/panics"
 )
 
@@ -67,6 +68,8 @@ type Server struct {
 	baseDir  string // resolves relative paths of the config
 	// stopTracing flushes and stops the span exporter (nil: tracing off).
 	stopTracing func(context.Context) error
+	// mesh is the peer mesh (nil: peers.listen is "").
+	mesh *mesh.Mesh
 }
 
 // Panic components of kvroute_panics_total recovered here.
@@ -168,13 +171,18 @@ func New(opts Options) (*Server, error) {
 	if s.sources, err = s.buildSources(discovery.NewMetrics(reg)); err != nil {
 		return nil, err
 	}
+	if s.mesh, err = s.buildMesh(cfg); err != nil {
+		return nil, err
+	}
 	s.grpc, s.health = extproc.NewGRPCServer(ep, tlsConf)
 	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.ExtProc); err != nil {
+		s.closeMesh()
 		return nil, fmt.Errorf("listen.extproc: %w", err)
 	}
 	if cfg.Listen.Admin != "" {
 		if s.adminLn, err = net.Listen("tcp", cfg.Listen.Admin); err != nil {
 			s.grpcLn.Close()
+			s.closeMesh()
 			return nil, fmt.Errorf("listen.admin: %w", err)
 		}
 		s.admin = &http.Server{Handler: s.recoverHTTP(s.adminMux()), ReadHeaderTimeout: 5 * time.Second}
@@ -214,6 +222,13 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	for _, ps := range s.sources {
 		wg.Go(func() { s.supervise(ctx, panicDiscovery, func() { s.runSource(ctx, ps) }) })
+	}
+	if s.mesh != nil {
+		wg.Go(func() {
+			// Counted, not restarted: Run owns the sockets it closes.
+			defer s.panics.Recover(panicMesh, s.log, nil)
+			s.mesh.Run(ctx)
+		})
 	}
 	wg.Go(func() {
 		s.supervise(ctx, panicReadiness, func() { extproc.WatchReadiness(ctx, s.health, s.Ready, time.Second) })

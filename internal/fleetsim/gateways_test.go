@@ -64,3 +64,49 @@ func TestThreeGatewaysForeignRunningShare(t *testing.T) {
 		t.Errorf("three kvroutes (%.1f %%, %.1f %%) do not keep more hits than three approx-prefix gateways (%.1f %%)", 100*def.hit, 100*half.hit, 100*ap.hit)
 	}
 }
+
+// TestThreeGatewaysWithPeers replays the same eviction workload through
+// three kvroute instances joined in the peer mesh (Options.Peers: each books
+// the others' requests as they are routed) and through three that are not,
+// and three approx-prefix gateways. The mesh gives each kvroute the view one
+// kvroute has of its own traffic: the test pins that it queues less (TTFT
+// p90 lower) and hits at least as much as without it, and logs the figures
+// docs/BENCHMARKS.md quotes.
+func TestThreeGatewaysWithPeers(t *testing.T) {
+	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := routebench.WorkloadParams{Kind: routebench.Eviction, Groups: 36, PrefixWords: 1300, QuestionWords: 24, ZipfS: 1,
+		MaxTokens: 8, Seed: 5, Rate: 20, Requests: 1200}
+	src := benchmarkWorkload(t, tok, w)
+	type figures struct{ hit, p90 float64 }
+	run := func(name, policy string, gateways int, peers bool) figures {
+		o := benchmarkFleet(200 * time.Millisecond)
+		o.Gateways, o.Peers = gateways, peers
+		var f figures
+		var runs []string
+		for seed := range uint64(3) {
+			o.Seed = seed + 1
+			res, err := Run(src, policy, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.hit += res.HitRate() / 3
+			f.p90 += res.Percentile(0.9).Seconds() / 3
+			runs = append(runs, fmt.Sprintf("%.1f %% / p90 %v", 100*res.HitRate(), res.Percentile(0.9).Round(time.Millisecond)))
+		}
+		t.Logf("%d gateway(s), %-24s mean %.1f %% hits, p90 %.0f ms; runs %s", gateways, name, 100*f.hit, 1000*f.p90, strings.Join(runs, ", "))
+		return f
+	}
+	run("approx-prefix", PolicyApproxPrefix, 3, false)
+	run("kvroute", PolicyKVRoute, 1, false)
+	alone := run("kvroute", PolicyKVRoute, 3, false)
+	joined := run("kvroute + peers", PolicyKVRoute, 3, true)
+	if joined.p90 >= alone.p90 {
+		t.Errorf("with peers p90 %.0f ms, without %.0f ms: the mesh does not cut queueing", 1000*joined.p90, 1000*alone.p90)
+	}
+	if joined.hit < alone.hit {
+		t.Errorf("with peers %.1f %% hits, without %.1f %%", 100*joined.hit, 100*alone.hit)
+	}
+}

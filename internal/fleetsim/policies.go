@@ -28,6 +28,9 @@ func newPicker(policy string, engines int, o Options) (picker, error) {
 			m.ps = append(m.ps, p)
 			m.inFlight[g] = make([]int, engines)
 		}
+		if o.Peers && policy == PolicyKVRoute {
+			joinPeers(m.ps)
+		}
 		return m, nil
 	}
 	return newPicker1(policy, engines, o)
@@ -291,4 +294,51 @@ func (k *kvPicker) decisions() map[string]int {
 		k.counts["moved-from-holder (cached tokens given up)"] = int(k.movedTokens)
 	}
 	return k.counts
+}
+
+// simMesh is the peer mesh of kvroute instances in one replay: what one
+// router begins and ends, every other one puts on and takes off its books
+// at once.
+type simMesh struct {
+	self    *kvPicker
+	others  []*kvPicker
+	nextID  uint64
+	pending map[uint64][]extproc.PeerWork // id → its entry on each other router's books
+}
+
+func joinPeers(ps []picker) {
+	var ks []*kvPicker
+	for _, p := range ps {
+		ks = append(ks, p.(*kvPicker))
+	}
+	for i, k := range ks {
+		m := &simMesh{self: k, pending: map[uint64][]extproc.PeerWork{}}
+		for j, o := range ks {
+			if j != i {
+				m.others = append(m.others, o)
+			}
+		}
+		k.router.SetSharer(m)
+	}
+}
+
+func (m *simMesh) Began(w extproc.SharedWork) uint64 {
+	m.nextID++
+	var ws []extproc.PeerWork
+	for _, o := range m.others {
+		pw, err := o.router.BeginPeer(w)
+		if err != nil {
+			panic(fmt.Sprintf("fleetsim: peer refused shared work: %v", err)) // the same config everywhere: a bug
+		}
+		ws = append(ws, pw)
+	}
+	m.pending[m.nextID] = ws
+	return m.nextID
+}
+
+func (m *simMesh) Ended(id uint64) {
+	for i, pw := range m.pending[id] {
+		m.others[i].router.EndPeer(pw)
+	}
+	delete(m.pending, id)
 }

@@ -50,6 +50,11 @@ type Options struct {
 	// kvroute has its own index, ingest and bookkeeping, each gateway-side
 	// policy its own memory and in-flight counts.
 	Gateways int
+	// Peers joins the Gateways kvroute instances in a peer mesh: each tells
+	// the others of every request it begins and ends (extproc.Sharer), as
+	// `peers:` in kvroute's config does over ZeroMQ; delivery here is
+	// immediate (loopback and LAN latency are far below a prefill).
+	Peers bool
 	// IndexTTL is kvroute's index.ttl; 0 keeps its default.
 	IndexTTL time.Duration
 	// Seed drives every random choice of the run (the random policy,
