@@ -294,7 +294,7 @@ func TestHostileSubscriberIsCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the connection is refused", func() bool {
-		return testutil.ToFloat64(nodes[0].m.met.refused.WithLabelValues("publisher", "frame_too_large")) +
+		return testutil.ToFloat64(nodes[0].m.met.refused.WithLabelValues("publisher", "frame_too_large"))+
 			testutil.ToFloat64(nodes[0].m.met.refused.WithLabelValues("publisher", "message_too_large")) >= 1
 	})
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -305,4 +305,3 @@ func TestHostileSubscriberIsCut(t *testing.T) {
 		}
 	}
 }
-
