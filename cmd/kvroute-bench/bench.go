@@ -21,7 +21,7 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	fs.SetOutput(io.err)
 	out := fs.String("out", "bench-results", "directory for results.md and the SVG charts")
 	workloads := fs.String("workloads", "shared-prefix,multi-turn,no-sharing", "workloads to run, comma-separated ("+strings.Join(routebench.Kinds, ", ")+")")
-	policies := fs.String("policies", strings.Join(routebench.AllPolicies, ","), "policies to compare, comma-separated")
+	policies := fs.String("policies", strings.Join(routebench.AllPolicies, ","), "policies to compare, comma-separated; besides these, kvroute-tokens-b (with --routing-b) and kvroute-tokens-peers (the --gateways kvroutes joined in the peer mesh)")
 	rates := fs.String("rates", joinFloats(o.Rates), "request rates (req/s, Poisson), comma-separated")
 	fs.StringVar(&o.TokenizerDir, "tokenizer", o.TokenizerDir, "tokenizer directory of the emulated model")
 	fs.IntVar(&o.Replicas, "replicas", o.Replicas, "emulated vLLM replicas")
@@ -109,7 +109,7 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 		params[w.Kind] = routebench.Describe(w)
 	}
 	first := true
-	for _, p := range []string{routebench.PolicyKVRouteTokens, routebench.PolicyKVRouteEngine} {
+	for _, p := range []string{routebench.PolicyKVRouteTokens, routebench.PolicyKVRouteEngine, routebench.PolicyKVRouteTokensPeers} {
 		if goals := routebench.CheckGoals(results, p); len(goals) > 0 {
 			if first {
 				hdr.WriteString("\ngoals (issue 14):\n\n")

@@ -33,6 +33,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	fs.DurationVar(&o.IndexTTL, "index-ttl", 0, "kvroute's index.ttl (0: its default)")
 	fs.StringVar(&o.RoutingYAML, "routing", "", `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}"`)
 	fs.IntVar(&o.Gateways, "gateways", o.Gateways, "independent router instances in front of the fleet, request i to instance i mod N: each approx-prefix instance its own memory, each kvroute its own index, ingest and bookkeeping (as several GIE or kvroute replicas)")
+	fs.BoolVar(&o.Peers, "peers", false, "join the --gateways kvroute instances in the peer mesh (config peers): each books the requests the others route")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of every random choice in the run (the random policy, kvroute's tie-breaks among equal costs)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {

@@ -37,7 +37,14 @@ const (
 	// PolicyKVRouteTokensB is kvroute-tokens with BenchOptions.RoutingB
 	// instead of Routing: an A/B of a routing setting inside one run.
 	PolicyKVRouteTokensB = "kvroute-tokens-b"
+	// PolicyKVRouteTokensPeers is kvroute-tokens with its gateway replicas
+	// joined in the peer mesh (config peers): each books the requests the
+	// others route. The same as kvroute-tokens behind one gateway.
+	PolicyKVRouteTokensPeers = "kvroute-tokens-peers"
 )
+
+// extraPolicies run only when named: they are variants of kvroute-tokens.
+var extraPolicies = []string{PolicyKVRouteTokensB, PolicyKVRouteTokensPeers}
 
 // AllPolicies is every policy, in report order.
 var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix,
@@ -197,8 +204,8 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 		if p == PolicyKVRouteTokensB && o.RoutingB == "" {
 			return nil, fmt.Errorf("policy %s needs its routing config (--routing-b)", p)
 		}
-		if !slices.Contains(AllPolicies, p) && p != PolicyKVRouteTokensB {
-			return nil, fmt.Errorf("unknown policy %q (known: %s)", p, strings.Join(AllPolicies, ", "))
+		if !slices.Contains(AllPolicies, p) && !slices.Contains(extraPolicies, p) {
+			return nil, fmt.Errorf("unknown policy %q (known: %s)", p, strings.Join(append(slices.Clone(AllPolicies), extraPolicies...), ", "))
 		}
 	}
 	o.Gateways = max(o.Gateways, 1)
@@ -232,17 +239,30 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 	defer fleet.Close()
 
 	kvs := map[string][]*KVRoute{}
-	for _, v := range []struct{ policy, keys, routing string }{
-		{PolicyKVRouteTokens, config.KeysTokens, o.Routing}, {PolicyKVRouteEngine, config.KeysEngine, o.Routing},
-		{PolicyKVRouteTokensB, config.KeysTokens, o.RoutingB},
+	for _, v := range []struct {
+		policy, keys, routing string
+		peers                 bool
+	}{
+		{PolicyKVRouteTokens, config.KeysTokens, o.Routing, false}, {PolicyKVRouteEngine, config.KeysEngine, o.Routing, false},
+		{PolicyKVRouteTokensB, config.KeysTokens, o.RoutingB, false}, {PolicyKVRouteTokensPeers, config.KeysTokens, o.Routing, true},
 	} {
 		if !slices.Contains(o.Policies, v.policy) {
 			continue
 		}
-		for range o.Gateways {
-			kv, err := StartKVRoute(ctx, KVRouteConfig{Model: o.Model, TokenizerDir: tokDir, BlockSize: o.BlockSize,
+		var peers []string
+		if v.peers {
+			if peers, err = loopbackPeerEndpoints(o.Gateways); err != nil {
+				return nil, err
+			}
+		}
+		for g := range o.Gateways {
+			kc := KVRouteConfig{Model: o.Model, TokenizerDir: tokDir, BlockSize: o.BlockSize,
 				Keys: v.keys, HashAlgo: "sha256", Seed: o.Seed, ExtProc: "127.0.0.1:0", Replicas: fleet.Replicas,
-				LoRAAdapters: loras, DebugHeaders: true, Routing: v.routing, ScrapeInterval: o.ScrapeInterval}, 30*time.Second, log)
+				LoRAAdapters: loras, DebugHeaders: true, Routing: v.routing, ScrapeInterval: o.ScrapeInterval}
+			if v.peers {
+				kc.PeersListen, kc.Peers = peers[g], peers
+			}
+			kv, err := StartKVRoute(ctx, kc, 30*time.Second, log)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", v.policy, err)
 			}

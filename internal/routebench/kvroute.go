@@ -48,6 +48,31 @@ type KVRouteConfig struct {
 	// ScrapeInterval is ingest.scrape_interval; 0 is the benchmark's
 	// DefaultBenchScrapeInterval.
 	ScrapeInterval time.Duration
+	// PeersListen and Peers join the peer mesh (peers.listen and
+	// peers.addresses); PeersListen "" leaves it off.
+	PeersListen string
+	Peers       []string
+}
+
+// loopbackPeerEndpoints picks n free loopback ports for the peer mesh of n
+// kvroutes (each config must name all of them before any starts).
+func loopbackPeerEndpoints(n int) ([]string, error) {
+	var out []string
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("peer mesh port: %w", err)
+		}
+		lns = append(lns, l)
+		out = append(out, "tcp://"+l.Addr().String())
+	}
+	return out, nil
 }
 
 // DefaultBenchScrapeInterval is how often the benchmark's kvroute reads the
@@ -73,6 +98,9 @@ func (c KVRouteConfig) YAML() string {
 	}
 	if len(routing) > 0 {
 		fmt.Fprintf(&b, "routing: {%s}\n", strings.Join(routing, ", "))
+	}
+	if c.PeersListen != "" {
+		fmt.Fprintf(&b, "peers: {listen: %q, addresses: [%s]}\n", c.PeersListen, strings.Join(quoteAll(c.Peers), ", "))
 	}
 	b.WriteString("pools:\n")
 	fmt.Fprintf(&b, "  - name: %s\n    models: [%q]\n    tokenizer: %q\n    block_size: %d\n    keys: %s\n",
