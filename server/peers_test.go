@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/testdata"
+)
+
+// TestPeersBookEachOthersRoutedRequests is two kvroute servers in front of
+// the same two engines, joined by peers: a request routed over a real
+// ext_proc stream by one is booked by the other over the real ZeroMQ mesh
+// (its endpoint known there, its layout the same), and taken off the books
+// when its stream ends.
+func TestPeersBookEachOthersRoutedRequests(t *testing.T) {
+	reps := []*replica{newReplica(t), newReplica(t)}
+	var ports []string
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, "tcp://"+l.Addr().String())
+		l.Close() // the server binds it next; a clash fails the test loudly
+	}
+	tokDir := testdata.TokenizerDir(t, "qwen3")
+	var servers []*Server
+	var clients []extprocv3.ExternalProcessorClient
+	for i := range 2 {
+		var b strings.Builder
+		fmt.Fprintf(&b, "listen: {extproc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nrouting: {debug_headers: true}\n")
+		fmt.Fprintf(&b, "peers: {listen: %q, addresses: [%q, %q], heartbeat_interval: 50ms, peer_timeout: 1s}\n", ports[i], ports[0], ports[1])
+		fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n    block_size: %d\n    replicas:\n", tokDir, blockSize)
+		for j, r := range reps {
+			fmt.Fprintf(&b, "      - {name: r%d, address: %q, events: %q}\n", j, r.http.Listener.Addr().String(), r.pub.Endpoint())
+		}
+		cfg, err := config.Parse([]byte(b.String()))
+		if err != nil {
+			t.Fatalf("config: %v\n%s", err, b.String())
+		}
+		s, c := runServer(t, cfg)
+		if got := s.MeshAddr(); "tcp://"+got != ports[i] {
+			t.Fatalf("mesh bound %s, configured %s", got, ports[i])
+		}
+		servers = append(servers, s)
+		clients = append(clients, c)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if metricValue(t, servers[0], "kvroute_peers") == 1 && metricValue(t, servers[1], "kvroute_peers") == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the two kvroutes never heard each other")
+		}
+	}
+	body := fmt.Sprintf(`{"model":"qwen","prompt":%q,"max_tokens":1}`, prose(40))
+	res, err := fakeenvoy.Do(context.Background(), clients[0], fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true},
+		fakeenvoy.Request{Method: "POST", Path: "/v1/completions", Body: []byte(body)})
+	if err != nil || res.Headers[extproc.HeaderDebugReplica] == "" {
+		t.Fatalf("not routed: %v %v", err, res.Headers)
+	}
+	peer := servers[1]
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if metricValue(t, peer, "kvroute_peer_messages_received_total", `kind="begin"`) == 1 &&
+			metricValue(t, peer, "kvroute_peer_messages_received_total", `kind="end"`) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the peer never received the request's begin and end")
+		}
+	}
+	if n := metricValue(t, peer, "kvroute_peer_messages_dropped_total"); n != 0 {
+		t.Fatalf("the peer dropped %g messages (unknown endpoint or layout?)", n)
+	}
+	if n := metricValue(t, peer, "kvroute_peer_requests_booked"); n != 0 {
+		t.Fatalf("%g requests still booked after the stream ended", n)
+	}
+}
