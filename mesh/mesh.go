@@ -195,8 +195,8 @@ func (m *Mesh) enqueue(kind byte, b []byte) {
 // ends; then it closes the sockets and takes every peer request off the
 // books.
 func (m *Mesh) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	wg.Go(func() { m.publish(ctx) })
+	var wg, pub sync.WaitGroup
+	pub.Go(func() { m.publish(ctx) })
 	for _, a := range m.o.Addresses {
 		wg.Go(func() { m.subscribe(ctx, a) })
 	}
@@ -204,6 +204,7 @@ func (m *Mesh) Run(ctx context.Context) {
 	m.log.Info("peer mesh up", "listen", m.Addr(), "peers", len(m.o.Addresses))
 	<-ctx.Done()
 	m.closed.Store(true)
+	pub.Wait() // the socket is closed once nothing sends on it
 	m.pub.Close()
 	wg.Wait()
 	m.mu.Lock()

@@ -22,7 +22,7 @@ func TestBeginRoundTrips(t *testing.T) {
 		string(m.pool) != "pool-a" || string(m.endpoint) != "vllm-0/0" || len(m.keys) != 3 || m.keys[1] != 1<<63 {
 		t.Fatalf("decoded %+v", m)
 	}
-	if err := decode(appendEnd(nil, 7, 10, 11, 13), &m); err != nil || m.kind != kindEnd || m.request != 13 || m.keys != nil && len(m.keys) != 0 {
+	if err := decode(appendEnd(nil, 7, 10, 11, 13), &m); err != nil || m.kind != kindEnd || m.request != 13 || len(m.keys) != 0 {
 		t.Fatalf("end: %+v, %v", m, err)
 	}
 	if err := decode(appendHeader(nil, kindHello, 7, 11, 11), &m); err != nil || m.kind != kindHello || m.seq != 11 {

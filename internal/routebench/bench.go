@@ -642,6 +642,11 @@ func writeFloorCheck(w io.Writer, results []*Result) {
 		return
 	}
 	fmt.Fprintf(w, "\nrequests answered faster than their own infinite-cache TTFT floor (the floor is a bound only if this is 0): %d of %d\n", below, answered)
+	for _, r := range results {
+		if r.Errors > 0 {
+			fmt.Fprintf(w, "\nerrors, %g req/s %s: %d; the first: %s\n", r.Rate, r.Policy, r.Errors, r.FirstError)
+		}
+	}
 	fmt.Fprintln(w, "\nwait: TTFT minus the request's own zero-queue prefill with the hit it got (queueing, decodes sharing its steps, the gateway hop), p50 / p90 / p99:")
 	for _, r := range results {
 		if !r.Bound && len(r.Wait) > 0 {

@@ -177,6 +177,9 @@ func Summarize(policy, workload string, rate float64, samples []Sample) *Result 
 	for _, s := range samples {
 		if s.Err != nil {
 			r.Errors++
+			if r.FirstError == "" {
+				r.FirstError = s.Err.Error()
+			}
 			if s.Status == http.StatusServiceUnavailable {
 				r.Rejected++
 			}

@@ -19,6 +19,9 @@ type Result struct {
 	Rate     float64
 	Requests int
 	Errors   int
+	// FirstError is the first failed request's error ("" when none): what
+	// the errors column counts, named in the report.
+	FirstError string
 	// Rejected counts the errors that were 503s: kvroute's refusals (no
 	// eligible replica), and the gateway's "upstream connect error" for an
 	// engine that is down (Envoy answers 503 there too); Decisions tells
