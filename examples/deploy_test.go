@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -189,7 +190,7 @@ func TestKubernetesManifestsParse(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "InferencePool", "HTTPRoute"} {
+	for _, k := range []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "StatefulSet", "Service", "InferencePool", "HTTPRoute"} {
 		if !kinds[k] {
 			t.Errorf("no %s in examples/kubernetes", k)
 		}
@@ -253,8 +254,8 @@ func TestKubernetesManifestsApplyToARealAPIServer(t *testing.T) {
 	}
 	c.Apply(t, testdata.Path(t, "kubernetes/inferencepool-crd.yaml"), "", false)
 	objs := c.Apply(t, "kubernetes/kvroute.yaml", ns, true)
-	if len(objs) != 6 {
-		t.Fatalf("%d objects created from kvroute.yaml, want 6", len(objs))
+	if len(objs) != 7 { // RBAC ×3, ConfigMap, StatefulSet, Service, headless Service
+		t.Fatalf("%d objects created from kvroute.yaml, want 7", len(objs))
 	}
 	c.Apply(t, "kubernetes/inferencepool.yaml", ns, false)
 	// The RBAC objects for real, to ask the API server what they grant.
@@ -284,4 +285,61 @@ func TestKubernetesManifestsApplyToARealAPIServer(t *testing.T) {
 	if r.Status.Allowed {
 		t.Error("the kvroute ServiceAccount may list pods outside its namespace")
 	}
+}
+
+// TestKubernetesPeersNameEveryReplica: the example's kvroute replicas are
+// joined in the peer mesh: peers.addresses names every pod of the
+// StatefulSet by its stable DNS name under the headless Service, on the
+// port peers.listen binds.
+func TestKubernetesPeersNameEveryReplica(t *testing.T) {
+	var cfg *config.Config
+	var replicas int
+	var sts, headless, port string
+	for _, d := range k8sDocs(t, "kubernetes/kvroute.yaml") {
+		meta := d["metadata"].(map[string]any)
+		spec, _ := d["spec"].(map[string]any)
+		switch d["kind"] {
+		case "ConfigMap":
+			c, err := config.Parse([]byte(d["data"].(map[string]any)["kvroute.yaml"].(string)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg = c
+		case "StatefulSet":
+			sts, replicas, headless = meta["name"].(string), yamlInt(t, spec["replicas"]), spec["serviceName"].(string)
+		case "Service":
+			if spec["clusterIP"] == "None" {
+				if meta["name"] != headless && headless != "" {
+					t.Errorf("headless Service %v is not the StatefulSet's serviceName %s", meta["name"], headless)
+				}
+				port = strconv.Itoa(yamlInt(t, spec["ports"].([]any)[0].(map[string]any)["port"]))
+			}
+		}
+	}
+	if cfg == nil || sts == "" || port == "" {
+		t.Fatal("examples/kubernetes/kvroute.yaml lacks the ConfigMap, the StatefulSet or the headless Service")
+	}
+	if !strings.HasSuffix(cfg.Peers.Listen, ":"+port) {
+		t.Errorf("peers.listen %s is not on the headless Service's port %s", cfg.Peers.Listen, port)
+	}
+	var want []string
+	for i := range replicas {
+		want = append(want, fmt.Sprintf("tcp://%s-%d.%s:%s", sts, i, headless, port))
+	}
+	if !slices.Equal(cfg.Peers.Addresses, want) {
+		t.Errorf("peers.addresses %v, want every replica: %v", cfg.Peers.Addresses, want)
+	}
+}
+
+// yamlInt is a YAML number decoded as any.
+func yamlInt(t *testing.T, v any) int {
+	t.Helper()
+	switch n := v.(type) {
+	case int:
+		return n
+	case float64:
+		return int(n)
+	}
+	t.Fatalf("%v (%T) is not a number", v, v)
+	return 0
 }
