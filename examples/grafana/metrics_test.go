@@ -13,6 +13,7 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/mesh"
 	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/server"
 )
@@ -52,6 +53,7 @@ func kvrouteMetrics() (map[string][]string, error) {
 	server.NewFleetMetrics(rec)
 	server.NewReloadMetrics(rec)
 	discovery.NewMetrics(rec)
+	mesh.NewMetrics(rec)
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, Registerer: rec})
 	cfg, err := config.Parse([]byte(`
 pools:
