@@ -13,8 +13,8 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
-	"github.com/kvroute/kvroute/mesh"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/mesh"
 	"github.com/kvroute/kvroute/server"
 )
 
