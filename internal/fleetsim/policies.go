@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,7 +30,7 @@ func newPicker(policy string, engines int, o Options) (picker, error) {
 			m.inFlight[g] = make([]int, engines)
 		}
 		if o.Peers && policy == PolicyKVRoute {
-			joinPeers(m.ps)
+			joinPeers(m.ps, o.PeerDelay)
 		}
 		return m, nil
 	}
@@ -47,6 +48,7 @@ type multiPicker struct {
 }
 
 func (m *multiPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
+	m.advance(now)
 	g := id % len(m.ps)
 	e, err := m.ps[g].pick(now, id, tokens, m.inFlight[g])
 	if err == nil {
@@ -56,18 +58,19 @@ func (m *multiPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, e
 	return e, err
 }
 
-func (m *multiPicker) done(id int) {
+func (m *multiPicker) done(now time.Time, id int) {
+	m.advance(now)
 	g := id % len(m.ps)
 	if e, ok := m.of[id]; ok {
 		m.inFlight[g][e]--
 		delete(m.of, id)
 	}
-	m.ps[g].done(id)
+	m.ps[g].done(now, id)
 }
 
-func (m *multiPicker) events(e int, payload []byte) error {
+func (m *multiPicker) events(now time.Time, e int, payload []byte) error {
 	for _, p := range m.ps {
-		if err := p.events(e, payload); err != nil {
+		if err := p.events(now, e, payload); err != nil {
 			return err
 		}
 	}
@@ -75,6 +78,7 @@ func (m *multiPicker) events(e int, payload []byte) error {
 }
 
 func (m *multiPicker) scrape(now time.Time, stats []vllmemu.Stats) {
+	m.advance(now)
 	for _, p := range m.ps {
 		p.scrape(now, stats)
 	}
@@ -133,10 +137,10 @@ func (g *gatewayPicker) pick(_ time.Time, _ int, tokens []int, inFlight []int) (
 	return g.pol.Pick(routebench.Text(prompt), routebench.FleetView{InFlight: inFlight}), nil
 }
 
-func (*gatewayPicker) done(int)                          {}
-func (*gatewayPicker) events(int, []byte) error          { return nil }
-func (*gatewayPicker) scrape(time.Time, []vllmemu.Stats) {}
-func (*gatewayPicker) decisions() map[string]int         { return nil }
+func (*gatewayPicker) done(time.Time, int)                 {}
+func (*gatewayPicker) events(time.Time, int, []byte) error { return nil }
+func (*gatewayPicker) scrape(time.Time, []vllmemu.Stats)   {}
+func (*gatewayPicker) decisions() map[string]int           { return nil }
 
 // spell writes each token id as 4 base-64 characters.
 func spell(dst []byte, tokens []int) []byte {
@@ -166,6 +170,8 @@ type kvPicker struct {
 	matches     []index.Match
 	blockSize   int
 	movedTokens int64
+	// inbox holds peer-mesh messages not yet due (Options.PeerDelay).
+	inbox []delivery
 }
 
 const simModel = "sim"
@@ -243,6 +249,7 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 
 func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
 	k.now = now
+	k.receive(now)
 	// Router.DecideIDs is Decide after the body is parsed: a body of 12k
 	// token ids through encoding/json would be most of the simulation's time.
 	d := k.router.DecideIDs(simModel, tokens)
@@ -269,14 +276,20 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 	return k.byAddr[d.Endpoint.Address], nil
 }
 
-func (k *kvPicker) done(id int) {
+func (k *kvPicker) done(now time.Time, id int) {
+	k.now = now
+	k.receive(now)
 	if d := k.pending[id]; d != nil {
 		k.router.End(d)
 		delete(k.pending, id)
 	}
 }
 
-func (k *kvPicker) events(e int, payload []byte) error { return k.appliers[e].Apply(payload) }
+func (k *kvPicker) events(now time.Time, e int, payload []byte) error {
+	k.now = now
+	k.receive(now)
+	return k.appliers[e].Apply(payload)
+}
 
 func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
 	k.now = now
@@ -296,23 +309,42 @@ func (k *kvPicker) decisions() map[string]int {
 	return k.counts
 }
 
+// advance brings every kvroute instance to now and applies the mesh
+// messages due by then (a message is handled when it arrives, whatever the
+// instance is doing).
+func (m *multiPicker) advance(now time.Time) {
+	for _, p := range m.ps {
+		if k, ok := p.(*kvPicker); ok {
+			k.now = now
+			k.receive(now)
+		}
+	}
+}
+
 // simMesh is the peer mesh of kvroute instances in one replay: what one
 // router begins and ends, every other one puts on and takes off its books
-// at once.
+// Options.PeerDelay later (at its next decision after that time).
 type simMesh struct {
 	self    *kvPicker
 	others  []*kvPicker
+	delay   time.Duration
 	nextID  uint64
-	pending map[uint64][]extproc.PeerWork // id → its entry on each other router's books
+	pending map[uint64][]*extproc.PeerWork // id → its entry on each other router's books
 }
 
-func joinPeers(ps []picker) {
+// delivery is a mesh message on its way to one router.
+type delivery struct {
+	at    time.Time
+	apply func()
+}
+
+func joinPeers(ps []picker, delay time.Duration) {
 	var ks []*kvPicker
 	for _, p := range ps {
 		ks = append(ks, p.(*kvPicker))
 	}
 	for i, k := range ks {
-		m := &simMesh{self: k, pending: map[uint64][]extproc.PeerWork{}}
+		m := &simMesh{self: k, delay: delay, pending: map[uint64][]*extproc.PeerWork{}}
 		for j, o := range ks {
 			if j != i {
 				m.others = append(m.others, o)
@@ -324,13 +356,17 @@ func joinPeers(ps []picker) {
 
 func (m *simMesh) Began(w extproc.SharedWork) uint64 {
 	m.nextID++
-	var ws []extproc.PeerWork
+	w.Keys = slices.Clone(w.Keys)
+	var ws []*extproc.PeerWork
 	for _, o := range m.others {
-		pw, err := o.router.BeginPeer(w)
-		if err != nil {
-			panic(fmt.Sprintf("fleetsim: peer refused shared work: %v", err)) // the same config everywhere: a bug
-		}
+		pw := new(extproc.PeerWork)
 		ws = append(ws, pw)
+		o.deliver(m.self.now.Add(m.delay), func() {
+			var err error
+			if *pw, err = o.router.BeginPeer(w); err != nil {
+				panic(fmt.Sprintf("fleetsim: peer refused shared work: %v", err)) // the same config everywhere: a bug
+			}
+		})
 	}
 	m.pending[m.nextID] = ws
 	return m.nextID
@@ -338,7 +374,27 @@ func (m *simMesh) Began(w extproc.SharedWork) uint64 {
 
 func (m *simMesh) Ended(id uint64) {
 	for i, pw := range m.pending[id] {
-		m.others[i].router.EndPeer(pw)
+		o := m.others[i]
+		o.deliver(m.self.now.Add(m.delay), func() { o.router.EndPeer(*pw) })
 	}
 	delete(m.pending, id)
+}
+
+// deliver queues a mesh message for this router (in order: one delay).
+func (k *kvPicker) deliver(at time.Time, apply func()) {
+	if !at.After(k.now) {
+		apply()
+		return
+	}
+	k.inbox = append(k.inbox, delivery{at, apply})
+}
+
+// receive applies the mesh messages due by now.
+func (k *kvPicker) receive(now time.Time) {
+	n := 0
+	for n < len(k.inbox) && !k.inbox[n].at.After(now) {
+		k.inbox[n].apply()
+		n++
+	}
+	k.inbox = k.inbox[n:]
 }

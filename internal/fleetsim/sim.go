@@ -52,9 +52,11 @@ type Options struct {
 	Gateways int
 	// Peers joins the Gateways kvroute instances in a peer mesh: each tells
 	// the others of every request it begins and ends (extproc.Sharer), as
-	// `peers:` in kvroute's config does over ZeroMQ; delivery here is
-	// immediate (loopback and LAN latency are far below a prefill).
+	// `peers:` in kvroute's config does over ZeroMQ, PeerDelay after.
 	Peers bool
+	// PeerDelay is how long a mesh message takes to reach the other
+	// routers (0: at once).
+	PeerDelay time.Duration
 	// IndexTTL is kvroute's index.ttl; 0 keeps its default.
 	IndexTTL time.Duration
 	// Seed drives every random choice of the run (the random policy,
@@ -132,9 +134,9 @@ type picker interface {
 	// pick returns the engine for request id, or an error (counted).
 	pick(now time.Time, id int, tokens []int, inFlight []int) (int, error)
 	// done is called when request id finished on its engine.
-	done(id int)
+	done(now time.Time, id int)
 	// step receives engine e's KV-event batch (kvroute's ingest).
-	events(e int, payload []byte) error
+	events(now time.Time, e int, payload []byte) error
 	// scrape is called every scrape interval with the engines' stats.
 	scrape(now time.Time, stats []vllmemu.Stats)
 	decisions() map[string]int
@@ -198,7 +200,7 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 		inFlight[e]--
 		delete(engineOf, q.ID)
 		delete(arrival, q.ID)
-		p.done(q.ID)
+		p.done(now, q.ID)
 	}
 	next, n := 0, src.Len()
 	for {
@@ -221,7 +223,7 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 			now = stepAt
 			v := eng[stepE]
 			if payload := v.Finish(first, done); payload != nil {
-				if err := p.events(stepE, payload); err != nil && evErr == nil {
+				if err := p.events(now, stepE, payload); err != nil && evErr == nil {
 					evErr = err
 				}
 			}
@@ -246,7 +248,7 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 			}
 			if _, err := eng[e].Submit(now, id, tokens, maxTokens); err != nil {
 				res.Errors++
-				p.done(id)
+				p.done(now, id)
 				continue
 			}
 			inFlight[e]++
