@@ -166,14 +166,19 @@ func (m *Mesh) Began(w extproc.SharedWork) uint64 {
 	}
 	matched := min(max(w.Matched, 0), len(keys))
 	b := make([]byte, 0, beginLen(w.Pool, w.Endpoint, len(keys)))
-	b = appendBegin(b, m.sender, m.seq.Add(1), m.o.Layout, id, clampU32(w.Uncached), uint32(matched), w.Pool, w.Endpoint, keys)
+	b = appendBegin(b, m.header(), id, clampU32(w.Uncached), uint32(matched), w.Pool, w.Endpoint, keys)
 	m.enqueue(kindBegin, b)
 	return id
 }
 
 // Ended publishes the end of a request Began published.
 func (m *Mesh) Ended(id uint64) {
-	m.enqueue(kindEnd, appendEnd(make([]byte, 0, endLen), m.sender, m.seq.Add(1), m.o.Layout, id))
+	m.enqueue(kindEnd, appendEnd(make([]byte, 0, endLen), m.header(), id))
+}
+
+// header is the next message's header.
+func (m *Mesh) header() header {
+	return header{sender: m.sender, seq: m.seq.Add(1), layout: m.o.Layout, sent: time.Now().UnixNano()}
 }
 
 func clampU32(v int) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
@@ -291,6 +296,9 @@ func (m *Mesh) receive(frames [][]byte, dec *message) {
 		return
 	}
 	m.met.received.WithLabelValues(kindNames[dec.kind]).Inc()
+	// The sender's clock against ours: transit and queueing, plus whatever
+	// the clocks differ by (a message "from the future" counts as 0).
+	m.met.delay.Observe(max(0, time.Since(time.Unix(0, dec.sent)).Seconds()))
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -352,7 +360,7 @@ func (m *Mesh) sweep(ctx context.Context) {
 	t := time.NewTicker(m.o.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		m.enqueue(kindHello, appendHeader(make([]byte, 0, headerLen), kindHello, m.sender, m.seq.Add(1), m.o.Layout))
+		m.enqueue(kindHello, appendHeader(make([]byte, 0, headerLen), kindHello, m.header()))
 		select {
 		case <-ctx.Done():
 			return

@@ -158,6 +158,9 @@ func TestPeersBookEachOthersRequests(t *testing.T) {
 	if got := testutil.ToFloat64(nodes[1].m.met.received.WithLabelValues("begin")); got != 1 {
 		t.Fatalf("kvroute_peer_messages_received_total{kind=begin} = %v, want 1", got)
 	}
+	if n, err := testutil.GatherAndCount(nodes[1].reg, "kvroute_peer_message_delay_seconds"); err != nil || n != 1 {
+		t.Fatalf("kvroute_peer_message_delay_seconds: %d series, %v", n, err)
+	}
 }
 
 func TestSilentPeerComesOffTheBooks(t *testing.T) {
@@ -188,10 +191,10 @@ func TestRequestWithoutEndExpires(t *testing.T) {
 	var dec message
 	for i, at := range []time.Duration{0, 800 * time.Millisecond} {
 		now = time.Unix(1000, 0).Add(at)
-		m.receive([][]byte{appendBegin(nil, 5, uint64(i+1), 77, uint64(i+1), 10, 0, "p", "e", nil)}, &dec)
+		m.receive([][]byte{appendBegin(nil, header{sender: 5, seq: uint64(i + 1), layout: 77}, uint64(i+1), 10, 0, "p", "e", nil)}, &dec)
 	}
 	now = time.Unix(1000, 0).Add(1500 * time.Millisecond)
-	m.receive([][]byte{appendHeader(nil, kindHello, 5, 3, 77)}, &dec) // the peer is alive
+	m.receive([][]byte{appendHeader(nil, kindHello, header{sender: 5, seq: 3, layout: 77})}, &dec) // the peer is alive
 	m.expire(now)
 	if _, open := b.state(); open != 1 {
 		t.Fatalf("%d requests on the books; want 1 (the first is 1.5 s old, over request_timeout 1 s)", open)
@@ -233,13 +236,13 @@ func TestHostilePublisherIsDropped(t *testing.T) {
 	}
 	begin := func(req uint64, endpoint string, layout uint64) []byte {
 		seq++
-		return appendBegin(nil, 99, seq, layout, req, 10, 0, "fleet", endpoint, nil)
+		return appendBegin(nil, header{sender: 99, seq: seq, layout: layout, sent: time.Now().UnixNano()}, req, 10, 0, "fleet", endpoint, nil)
 	}
 	// The subscription may be up before the PUB side knows it: repeat a
 	// hello until it is heard.
 	eventually(t, "hello heard", func() bool {
 		seq++
-		send(appendHeader(nil, kindHello, 99, seq, 77))
+		send(appendHeader(nil, kindHello, header{sender: 99, seq: seq, layout: 77}))
 		return testutil.ToFloat64(m.met.received.WithLabelValues("hello")) > 0
 	})
 	send([]byte("not a mesh message at all"))

@@ -36,6 +36,7 @@ type metrics struct {
 	expired        *prometheus.CounterVec
 	lost           prometheus.Counter
 	booked, peers  prometheus.Gauge
+	delay          prometheus.Histogram
 	connected      *prometheus.GaugeVec
 
 	logMu   sync.Mutex
@@ -66,10 +67,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Peers heard from within peers.peer_timeout."}),
 		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_peer_connected",
 			Help: "1 while the subscription to a configured peer address is connected."}, []string{"address"}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_peer_message_delay_seconds",
+			Help:    "Time from a peer's send to this kvroute handling the message, by the two wall clocks (so only as exact as their sync): the mesh helps while this stays well under one prefill.",
+			Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5}}),
 		logLast: map[string]time.Time{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.sent, m.received, m.dropped, m.refused, m.expired, m.lost, m.booked, m.peers, m.connected)
+		reg.MustRegister(m.sent, m.received, m.dropped, m.refused, m.expired, m.lost, m.booked, m.peers, m.connected, m.delay)
 	}
 	for _, k := range kindNames {
 		m.sent.WithLabelValues(k)

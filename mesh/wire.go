@@ -19,19 +19,21 @@ import (
 //	8       8     sender: random per kvroute process
 //	16      8     seq: the sender's message count, from 1
 //	24      8     layout: fingerprint of the sender's pools (Layout)
+//	32      8     sent: the sender's wall clock, Unix nanoseconds (the
+//	              receiver's delay metric; clocks are only as close as NTP)
 //	hello:  nothing more
-//	end:    32 8  request id
-//	begin:  32 8  request id
-//	        40 4  uncached prompt tokens
-//	        44 4  matched blocks (≤ key count)
-//	        48 4  key count n
-//	        52 1  pool name length p (1..255), then p bytes
+//	end:    40 8  request id
+//	begin:  40 8  request id
+//	        48 4  uncached prompt tokens
+//	        52 4  matched blocks (≤ key count)
+//	        56 4  key count n
+//	        60 1  pool name length p (1..255), then p bytes
 //	        .  1  endpoint name length e (1..255), then e bytes
 //	        .  8n block keys
 const (
 	magic      = "KVRM"
 	version    = 1
-	headerLen  = 32
+	headerLen  = 40
 	endLen     = headerLen + 8
 	beginFixed = headerLen + 8 + 4 + 4 + 4 // before the names
 	maxNameLen = 255
@@ -47,12 +49,16 @@ const (
 // kindNames label the message metrics.
 var kindNames = map[byte]string{kindHello: "hello", kindBegin: "begin", kindEnd: "end"}
 
+// header is the part every message has.
+type header struct {
+	sender, seq, layout uint64
+	sent                int64 // Unix nanoseconds
+}
+
 // message is one decoded mesh message.
 type message struct {
+	header
 	kind     byte
-	sender   uint64
-	seq      uint64
-	layout   uint64
 	request  uint64
 	uncached uint32
 	matched  uint32
@@ -92,6 +98,7 @@ func decode(b []byte, m *message) error {
 	m.sender = binary.LittleEndian.Uint64(b[8:])
 	m.seq = binary.LittleEndian.Uint64(b[16:])
 	m.layout = binary.LittleEndian.Uint64(b[24:])
+	m.sent = int64(binary.LittleEndian.Uint64(b[32:]))
 	m.request, m.uncached, m.matched = 0, 0, 0
 	m.pool, m.endpoint, m.keys = nil, nil, m.keys[:0]
 	switch m.kind {
@@ -149,18 +156,19 @@ func name(b []byte) (v, rest []byte, ok bool) {
 }
 
 // appendHeader starts a message of kind.
-func appendHeader(dst []byte, kind byte, sender, seq, layout uint64) []byte {
+func appendHeader(dst []byte, kind byte, h header) []byte {
 	dst = append(dst, magic...)
 	dst = append(dst, version, kind, 0, 0)
-	dst = binary.LittleEndian.AppendUint64(dst, sender)
-	dst = binary.LittleEndian.AppendUint64(dst, seq)
-	return binary.LittleEndian.AppendUint64(dst, layout)
+	dst = binary.LittleEndian.AppendUint64(dst, h.sender)
+	dst = binary.LittleEndian.AppendUint64(dst, h.seq)
+	dst = binary.LittleEndian.AppendUint64(dst, h.layout)
+	return binary.LittleEndian.AppendUint64(dst, uint64(h.sent))
 }
 
 // appendBegin appends a begin message; names longer than maxNameLen or
 // empty, or counts beyond 32 bits, are the caller's error.
-func appendBegin(dst []byte, sender, seq, layout, request uint64, uncached, matched uint32, pool, endpoint string, keys []index.BlockKey) []byte {
-	dst = appendHeader(dst, kindBegin, sender, seq, layout)
+func appendBegin(dst []byte, h header, request uint64, uncached, matched uint32, pool, endpoint string, keys []index.BlockKey) []byte {
+	dst = appendHeader(dst, kindBegin, h)
 	dst = binary.LittleEndian.AppendUint64(dst, request)
 	dst = binary.LittleEndian.AppendUint32(dst, uncached)
 	dst = binary.LittleEndian.AppendUint32(dst, matched)
@@ -180,7 +188,7 @@ func beginLen(pool, endpoint string, keys int) int {
 	return beginFixed + 2 + len(pool) + len(endpoint) + 8*keys
 }
 
-func appendEnd(dst []byte, sender, seq, layout, request uint64) []byte {
-	dst = appendHeader(dst, kindEnd, sender, seq, layout)
+func appendEnd(dst []byte, h header, request uint64) []byte {
+	dst = appendHeader(dst, kindEnd, h)
 	return binary.LittleEndian.AppendUint64(dst, request)
 }
