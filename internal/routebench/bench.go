@@ -295,8 +295,9 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 			floors := bounds[0].TTFT
 			for _, p := range o.Policies {
 				befores := make([]map[string]float64, len(kvs[p]))
+				meshBefore := make([]MeshDelay, len(kvs[p]))
 				for i, kv := range kvs[p] {
-					befores[i] = kv.Decisions()
+					befores[i], meshBefore[i] = kv.Decisions(), kv.MeshDelay()
 				}
 				r, err := runPhase(ctx, fleet, driver, o, p, kvs[p], w, reqs, floors)
 				if err != nil {
@@ -304,12 +305,20 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 				}
 				if len(kvs[p]) > 0 {
 					r.Decisions = map[string]int{}
+					var mesh MeshDelay
 					for i, kv := range kvs[p] {
 						for k, v := range kv.Decisions() {
 							if d := int(v - befores[i][k]); d > 0 {
 								r.Decisions[k] += d
 							}
 						}
+						after := kv.MeshDelay()
+						mesh.Messages += after.Messages - meshBefore[i].Messages
+						mesh.Seconds += after.Seconds - meshBefore[i].Seconds
+						mesh.Over20ms += after.Over20ms - meshBefore[i].Over20ms
+					}
+					if mesh.Messages > 0 {
+						r.Mesh = &mesh
 					}
 				}
 				results = append(results, r)
@@ -645,6 +654,10 @@ func writeFloorCheck(w io.Writer, results []*Result) {
 	for _, r := range results {
 		if r.Errors > 0 {
 			fmt.Fprintf(w, "\nerrors, %g req/s %s: %d; the first: %s\n", r.Rate, r.Policy, r.Errors, r.FirstError)
+		}
+		if m := r.Mesh; m != nil {
+			fmt.Fprintf(w, "\npeer mesh, %g req/s %s: %.0f messages handled, mean delay %.2f ms, %.1f %% over %g ms (kvroute_peer_message_delay_seconds)\n",
+				r.Rate, r.Policy, m.Messages, 1000*m.Seconds/m.Messages, 100*m.Over20ms/m.Messages, 1000*meshDelaySlow)
 		}
 	}
 	fmt.Fprintln(w, "\nwait: TTFT minus the request's own zero-queue prefill with the hit it got (queueing, decodes sharing its steps, the gateway hop), p50 / p90 / p99:")

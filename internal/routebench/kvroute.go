@@ -207,6 +207,42 @@ func (k *KVRoute) Decisions() map[string]float64 {
 	return out
 }
 
+// MeshDelay is kvroute_peer_message_delay_seconds as read now: messages
+// handled, their summed delay and how many took over 20 ms (zero without
+// the peer mesh).
+type MeshDelay struct {
+	Messages, Over20ms float64
+	Seconds            float64
+}
+
+// meshDelaySlow is the bucket bound MeshDelay counts above.
+const meshDelaySlow = 0.02
+
+// MeshDelay reads the peer mesh's delay histogram.
+func (k *KVRoute) MeshDelay() MeshDelay {
+	var d MeshDelay
+	fams, err := k.reg.Gather()
+	if err != nil {
+		return d
+	}
+	for _, f := range fams {
+		if f.GetName() != "kvroute_peer_message_delay_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			d.Messages += float64(h.GetSampleCount())
+			d.Seconds += h.GetSampleSum()
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() == meshDelaySlow {
+					d.Over20ms += float64(h.GetSampleCount() - b.GetCumulativeCount())
+				}
+			}
+		}
+	}
+	return d
+}
+
 // Close stops the gateway and kvroute and waits for both.
 func (k *KVRoute) Close() error {
 	if k.stopGW != nil {

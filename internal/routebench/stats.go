@@ -43,12 +43,15 @@ type Result struct {
 	WorkingSetBlocks int
 	SharedBlocks     int
 	Churn            *ChurnStats
-	PromptTokens     int64
-	CachedTokens     int64 // prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens)
-	TTFT             []time.Duration
-	PerReplica       map[string]int
-	ReplicaOrder     []string // PerReplica's keys in fleet order; nil: sorted
-	Elapsed          time.Duration
+	// Mesh is how late the peer mesh's messages were handled during the
+	// phase, summed over the kvroutes (nil without the mesh).
+	Mesh         *MeshDelay
+	PromptTokens int64
+	CachedTokens int64 // prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens)
+	TTFT         []time.Duration
+	PerReplica   map[string]int
+	ReplicaOrder []string // PerReplica's keys in fleet order; nil: sorted
+	Elapsed      time.Duration
 	// EngineQueriedTokens and EngineHitTokens are the engines' own prefix
 	// cache counters over the run (deltas of vllm:prefix_cache_queries_total
 	// and vllm:prefix_cache_hits_total, summed over the fleet): a cross-check
