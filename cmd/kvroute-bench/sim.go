@@ -34,6 +34,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	fs.StringVar(&o.RoutingYAML, "routing", "", `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}"`)
 	fs.IntVar(&o.Gateways, "gateways", o.Gateways, "independent router instances in front of the fleet, request i to instance i mod N: each approx-prefix instance its own memory, each kvroute its own index, ingest and bookkeeping (as several GIE or kvroute replicas)")
 	fs.BoolVar(&o.Peers, "peers", false, "join the --gateways kvroute instances in the peer mesh (config peers): each books the requests the others route")
+	spread := fs.Duration("spread", 0, "spread each request's arrival uniformly over this window after its recorded time (Mooncake's trace records 3 s buckets: 3s spreads them), seeded by --seed")
 	fs.DurationVar(&o.PeerDelay, "peer-delay", 0, "with --peers: how late the mesh's messages reach the other instances")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of every random choice in the run (the random policy, kvroute's tie-breaks among equal costs)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
@@ -49,6 +50,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
+	recs = fleetsim.SpreadArrivals(recs, *spread, o.Seed)
 	if *limit > 0 && *limit < len(recs) {
 		recs = recs[:*limit]
 	}

@@ -152,3 +152,40 @@ func TestMarkdownNamesTheBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadArrivalsKeepsEveryRequestInItsWindow: spread arrivals are
+// sorted, each within its window after its recorded time, repeatable for a
+// seed, and every record is kept.
+func TestSpreadArrivalsKeepsEveryRequestInItsWindow(t *testing.T) {
+	var recs []Record
+	for i := range 300 {
+		recs = append(recs, Record{Timestamp: int64(i/10) * 3000, InputLength: i + 1})
+	}
+	out := SpreadArrivals(recs, 3*time.Second, 7)
+	if len(out) != len(recs) {
+		t.Fatalf("%d records, want %d", len(out), len(recs))
+	}
+	distinct := map[int64]bool{}
+	for i, r := range out {
+		orig := recs[r.InputLength-1]
+		if r.Timestamp < orig.Timestamp || r.Timestamp >= orig.Timestamp+3000 {
+			t.Fatalf("record %d moved from %d to %d ms", r.InputLength-1, orig.Timestamp, r.Timestamp)
+		}
+		if i > 0 && r.Timestamp < out[i-1].Timestamp {
+			t.Fatal("not in arrival order")
+		}
+		distinct[r.Timestamp] = true
+	}
+	if len(distinct) < 250 {
+		t.Fatalf("only %d distinct arrival times of 300", len(distinct))
+	}
+	again := SpreadArrivals(recs, 3*time.Second, 7)
+	for i := range out {
+		if out[i].Timestamp != again[i].Timestamp || out[i].InputLength != again[i].InputLength {
+			t.Fatal("not repeatable for a seed")
+		}
+	}
+	if recs[0].Timestamp != 0 || recs[299].Timestamp != 29*3000 {
+		t.Fatal("the input was modified")
+	}
+}
