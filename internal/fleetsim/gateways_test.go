@@ -67,12 +67,13 @@ func TestThreeGatewaysForeignRunningShare(t *testing.T) {
 
 // TestThreeGatewaysWithPeers replays the same eviction workload through
 // three kvroute instances joined in the peer mesh (Options.Peers: each books
-// the others' requests as they are routed) and through three that are not,
-// and three approx-prefix gateways; then with the mesh's messages arriving
-// 5 ms to 200 ms late (logged). The mesh gives each kvroute the view one
+// the others' requests as they are routed), through three that are not, and
+// through three approx-prefix gateways; then with the mesh's messages
+// arriving 5 ms and 50 ms late. The mesh gives each kvroute the view one
 // kvroute has of its own traffic: the test pins that it queues less (TTFT
-// p90 lower) and hits at least as much as without it, and logs the figures
-// docs/BENCHMARKS.md quotes.
+// p90 lower) and hits at least as much as without it, on time and 5 ms late,
+// and logs the figures docs/BENCHMARKS.md quotes. Every run has seed 1:
+// three kvroutes without the mesh gave the same figures for seeds 1–3.
 func TestThreeGatewaysWithPeers(t *testing.T) {
 	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
 	if err != nil {
@@ -82,36 +83,31 @@ func TestThreeGatewaysWithPeers(t *testing.T) {
 		MaxTokens: 8, Seed: 5, Rate: 20, Requests: 1200}
 	src := benchmarkWorkload(t, tok, w)
 	type figures struct{ hit, p90 float64 }
-	run := func(name, policy string, gateways int, peers bool, delay time.Duration, seeds int) figures {
+	run := func(name, policy string, peers bool, delay time.Duration) figures {
 		o := benchmarkFleet(200 * time.Millisecond)
-		o.Gateways, o.Peers, o.PeerDelay = gateways, peers, delay
-		var f figures
-		var runs []string
-		for seed := range uint64(seeds) {
-			o.Seed = seed + 1
-			res, err := Run(src, policy, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.hit += res.HitRate() / float64(seeds)
-			f.p90 += res.Percentile(0.9).Seconds() / float64(seeds)
-			runs = append(runs, fmt.Sprintf("%.1f %% / p90 %v", 100*res.HitRate(), res.Percentile(0.9).Round(time.Millisecond)))
+		o.Gateways, o.Peers, o.PeerDelay, o.Seed = 3, peers, delay, 1
+		res, err := Run(src, policy, o)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("%d gateway(s), %-24s mean %.1f %% hits, p90 %.0f ms; runs %s", gateways, name, 100*f.hit, 1000*f.p90, strings.Join(runs, ", "))
+		f := figures{res.HitRate(), res.Percentile(0.9).Seconds()}
+		t.Logf("3 gateways, %-28s %.1f %% hits, p90 %.0f ms", name, 100*f.hit, 1000*f.p90)
 		return f
 	}
-	run("approx-prefix", PolicyApproxPrefix, 3, false, 0, 1) // no random choice: one seed
-	run("kvroute", PolicyKVRoute, 1, false, 0, 3)
-	alone := run("kvroute", PolicyKVRoute, 3, false, 0, 3)
-	joined := run("kvroute + peers", PolicyKVRoute, 3, true, 0, 3)
-	// How late may the mesh's messages be? Logged for the docs.
-	for _, d := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
-		run(fmt.Sprintf("kvroute + peers %v late", d), PolicyKVRoute, 3, true, d, 1)
-	}
-	if joined.p90 >= alone.p90 {
-		t.Errorf("with peers p90 %.0f ms, without %.0f ms: the mesh does not cut queueing", 1000*joined.p90, 1000*alone.p90)
-	}
-	if joined.hit < alone.hit {
-		t.Errorf("with peers %.1f %% hits, without %.1f %%", 100*joined.hit, 100*alone.hit)
+	run("approx-prefix", PolicyApproxPrefix, false, 0)
+	alone := run("kvroute", PolicyKVRoute, false, 0)
+	joined := run("kvroute + peers", PolicyKVRoute, true, 0)
+	late := run("kvroute + peers 5ms late", PolicyKVRoute, true, 5*time.Millisecond)
+	run("kvroute + peers 50ms late", PolicyKVRoute, true, 50*time.Millisecond)
+	for _, c := range []struct {
+		name string
+		f    figures
+	}{{"on time", joined}, {"5 ms late", late}} {
+		if c.f.p90 >= alone.p90 {
+			t.Errorf("with peers %s: p90 %.0f ms, without %.0f ms: the mesh does not cut queueing", c.name, 1000*c.f.p90, 1000*alone.p90)
+		}
+		if c.f.hit < alone.hit {
+			t.Errorf("with peers %s: %.1f %% hits, without %.1f %%", c.name, 100*c.f.hit, 100*alone.hit)
+		}
 	}
 }
