@@ -107,7 +107,7 @@ func TestThreeGatewaysEndToEnd(t *testing.T) {
 	}
 	for _, p := range o.Policies {
 		if r := rs[p]; r.Errors != 0 || r.Requests != 21 {
-			t.Fatalf("%s: %d errors of %d", p, r.Errors, r.Requests)
+			t.Fatalf("%s: %d errors of %d (the first: %s)", p, r.Errors, r.Requests, r.FirstError)
 		}
 	}
 	kv := rs[PolicyKVRouteTokens]
