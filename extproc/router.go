@@ -613,8 +613,7 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 		roomBound := float64(least) + placementOccupancySlack*float64(len(keys))
 		top := uint64(0)
 		for i := range cands {
-			idle := cands[i].state.PendingTokens < 1 && cands[i].state.Load.Waiting == 0 && r.foreignQueued(&cands[i].state, cands[i].rate) < 1
-			if (cs[i] > bound && !(idle && cs[i] <= idleBound)) || float64(cands[i].state.Blocks) > roomBound {
+			if (cs[i] > bound && !(r.idle(&cands[i]) && cs[i] <= idleBound)) || float64(cands[i].state.Blocks) > roomBound {
 				continue
 			}
 			if s := rendezvous(keys[0], cands[i].ep); s >= top {
@@ -714,6 +713,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 			}
 		}
 	}
+	best = r.spreadIdle(cands, costs, matched, keys, best)
 	bestMatched := matched[best]
 	d.Endpoint, d.Cost, d.MatchedTokens = cands[best].ep, costs[best], min(bestMatched*blockSize, promptTokens)
 	d.matchedBlocks = min(bestMatched, len(keys))
@@ -721,6 +721,38 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 		d.Outcome, d.Reason = OutcomeLoad, ReasonNoHit
 	}
 	return d
+}
+
+// spreadIdle picks among the idle replicas that hold as much of the prompt
+// as the cheapest one (best) and cost within placementIdleTolerance of it:
+// the rest of the prompt is new to all of them, and their costs differ only
+// by the noise in their learned prefill rates, so the cheapest-looking one
+// would take every such request (a fleet's shared system prompt makes every
+// new conversation one). The pick is the rendezvous winner for the first
+// block beyond that prefix, as place does for prompts nobody holds: new
+// conversations spread evenly, and one that lost its blocks comes back
+// where it was.
+func (r *Router) spreadIdle(cands []candidate, costs []float64, matched []int, keys []index.BlockKey, best int) int {
+	m := matched[best]
+	if m >= len(keys) || !r.idle(&cands[best]) {
+		return best
+	}
+	anchor, bound := keys[m], costs[best]*(1+placementIdleTolerance)
+	pick, top := best, rendezvous(anchor, cands[best].ep)
+	for i := range cands {
+		if i == best || matched[i] != m || costs[i] > bound || !r.idle(&cands[i]) {
+			continue
+		}
+		if s := rendezvous(anchor, cands[i].ep); s > top {
+			pick, top = i, s
+		}
+	}
+	return pick
+}
+
+// idle reports whether c has no prefill queued, its own or foreign.
+func (r *Router) idle(c *candidate) bool {
+	return c.state.PendingTokens < 1 && c.state.Load.Waiting == 0 && r.foreignQueued(&c.state, c.rate) < 1
 }
 
 // Begin records the routed request on its endpoint: in flight, its uncached
