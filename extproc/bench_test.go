@@ -117,7 +117,9 @@ func BenchmarkGRPCDecisions_2kChat(b *testing.B) {
 		bodies[i] = w.body(i)
 	}
 	nop := benchServe(b, func() *grpc.Server {
-		g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
+		// The same stream workers as kvroute's server (serverOptions), so
+		// the ceiling has the same transport.
+		g := grpc.NewServer(grpc.MaxRecvMsgSize(16<<20), grpc.NumStreamWorkers(streamWorkers))
 		extprocv3.RegisterExternalProcessorServer(g, nopProcessor{})
 		return g
 	}())

@@ -114,7 +114,7 @@ type recvResult struct {
 // Process serves one HTTP request's stream. It never returns before Envoy has
 // the answer it waits for; io.EOF and Canceled from Envoy end it quietly.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	st := &stream{s: s, srv: srv, recv: make(chan recvResult, 1)}
+	st := &stream{s: s, srv: srv}
 	switch s.opts.BodyMode {
 	case "", "buffered":
 		st.configured = modeBuffered
@@ -130,36 +130,8 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		}
 	}()
 	ctx := srv.Context()
-	go func() {
-		defer s.m.panics.Recover(panicRecv, s.log, func(err error) {
-			select {
-			case st.recv <- recvResult{err: status.Error(codes.Internal, err.Error())}:
-			case <-ctx.Done():
-			}
-		})
-		for {
-			req, err := srv.Recv()
-			select {
-			case st.recv <- recvResult{req, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	for {
-		var r recvResult
-		if st.pending != nil {
-			r, st.pending = *st.pending, nil
-		} else {
-			select {
-			case r = <-st.recv:
-			case <-ctx.Done():
-				return nil
-			}
-		}
+		r := st.next(ctx)
 		if r.err != nil {
 			if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled || ctx.Err() != nil {
 				return nil
@@ -180,6 +152,58 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			st.closed = true
 		}
 	}
+}
+
+// next returns the stream's next message: on the handler's own goroutine
+// until mode inference needs a receive that can time out, and from the
+// receive goroutine that inference starts after that. Receiving directly
+// saves a goroutine and two hand-offs per message (BUFFERED exchanges with
+// protocol_config never start it).
+func (st *stream) next(ctx context.Context) recvResult {
+	switch {
+	case st.pending != nil:
+		r := *st.pending
+		st.pending = nil
+		return r
+	case st.recv != nil:
+		select {
+		case r := <-st.recv:
+			return r
+		case <-ctx.Done():
+			return recvResult{err: ctx.Err()}
+		}
+	}
+	req, err := st.srv.Recv()
+	return recvResult{req, err}
+}
+
+// startRecv starts the goroutine that receives into st.recv until the
+// stream ends; every later message comes through it.
+func (st *stream) startRecv(ctx context.Context) {
+	if st.recv != nil {
+		return
+	}
+	st.recv = make(chan recvResult, 1)
+	s := st.s
+	go func() {
+		defer s.m.panics.Recover(panicRecv, s.log, func(err error) {
+			select {
+			case st.recv <- recvResult{err: status.Error(codes.Internal, err.Error())}:
+			case <-ctx.Done():
+			}
+		})
+		for {
+			req, err := st.srv.Recv()
+			select {
+			case st.recv <- recvResult{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 }
 
 func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) (bool, error) {
@@ -251,6 +275,7 @@ func (m bodyMode) label() string {
 // waiting for the headers answer) from BUFFERED (it waits) when Envoy sent
 // no protocol_config: a body chunk arriving within the window means the former.
 func (st *stream) inferMode(ctx context.Context) bodyMode {
+	st.startRecv(ctx)
 	t := time.NewTimer(st.s.opts.ModeInferenceWindow)
 	defer t.Stop()
 	select {
