@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unsafe"
 )
 
 // Specials are the tokenizer's special-token strings from
@@ -104,15 +105,27 @@ var applyChatTemplateParams = map[string]bool{
 // apply_chat_template). It fails with ErrMultimodal for media parts and
 // with the template's error when the template raises.
 func (r *Renderer) RenderRequest(req *Request) (string, error) {
+	b, err := r.AppendRequest(nil, req)
+	if err != nil {
+		return "", err
+	}
+	// b is this call's own buffer and is never written again.
+	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+}
+
+// AppendRequest is RenderRequest appending the prompt to dst, so a caller
+// can render every request into one reused buffer. On error the returned
+// slice's contents after len(dst) are unspecified.
+func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 	conv := &List{Items: make([]Value, 0, len(req.Messages.Items))}
 	for i, m := range req.Messages.Items {
 		md, ok := m.(*Dict)
 		if !ok {
-			return "", fmt.Errorf("messages[%d] is not an object", i)
+			return dst, fmt.Errorf("messages[%d] is not an object", i)
 		}
 		pm, err := parseMessage(md, r.format)
 		if err != nil {
-			return "", fmt.Errorf("messages[%d]: %w", i, err)
+			return dst, fmt.Errorf("messages[%d]: %w", i, err)
 		}
 		conv.Items = append(conv.Items, pm)
 	}
@@ -131,7 +144,7 @@ func (r *Renderer) RenderRequest(req *Request) (string, error) {
 		for i, k := range req.ChatTemplateKwargs.keys {
 			ks, _ := k.(string)
 			if ks == "chat_template" || ks == "tokenize" {
-				return "", fmt.Errorf("unexpected chat template kwarg %q", ks)
+				return dst, fmt.Errorf("unexpected chat template kwarg %q", ks)
 			}
 			kwargs.Set(k, req.ChatTemplateKwargs.vals[i])
 		}
@@ -151,12 +164,19 @@ func (r *Renderer) RenderRequest(req *Request) (string, error) {
 		ctx[ks] = kwargs.vals[i]
 	}
 	ctx["messages"] = conv
-	out, err := r.tpl.Render(ctx, RenderOptions{Now: r.now, SizeHint: renderSizeHint(conv)})
+	base := len(dst)
+	out, err := r.tpl.AppendRender(dst, ctx, RenderOptions{Now: r.now, SizeHint: renderSizeHint(conv)})
 	if err != nil {
-		return "", err
+		return out, err
 	}
 	if cfm, _ := kwargs.Get("continue_final_message"); truthy(cfm) {
-		return continueFinalMessage(out, conv)
+		rendered := out[base:]
+		// The cut is a prefix of the rendered text: keep that many bytes.
+		kept, err := continueFinalMessage(unsafe.String(unsafe.SliceData(rendered), len(rendered)), conv)
+		if err != nil {
+			return out, err
+		}
+		return out[:base+len(kept)], nil
 	}
 	return out, nil
 }
@@ -519,4 +539,10 @@ func renderSizeHint(conv *List) int {
 // RenderRequest renders req with the template chosen by For.
 func (c *ChatTemplates) RenderRequest(req *Request) (string, error) {
 	return c.For(req).RenderRequest(req)
+}
+
+// AppendRequest appends req's prompt, rendered with the template chosen by
+// For, to dst.
+func (c *ChatTemplates) AppendRequest(dst []byte, req *Request) ([]byte, error) {
+	return c.For(req).AppendRequest(dst, req)
 }
