@@ -39,6 +39,13 @@ const smallDict = 12
 // NewDict returns an empty ordered dict.
 func NewDict() *Dict { return &Dict{} }
 
+// newDictCap returns an empty dict with room for n entries, keys and values
+// in one allocation.
+func newDictCap(n int) *Dict {
+	kv := make([]Value, 2*n)
+	return &Dict{keys: kv[:0:n], vals: kv[n:n:2*n]}
+}
+
 // Len returns the number of entries.
 func (d *Dict) Len() int { return len(d.keys) }
 
