@@ -43,7 +43,7 @@ func NewDict() *Dict { return &Dict{} }
 // in one allocation.
 func newDictCap(n int) *Dict {
 	kv := make([]Value, 2*n)
-	return &Dict{keys: kv[:0:n], vals: kv[n:n:2*n]}
+	return &Dict{keys: kv[:0:n], vals: kv[n : n : 2*n]}
 }
 
 // Len returns the number of entries.
