@@ -795,10 +795,36 @@ func (st *state) evalCall(e *callExpr, sc *scope, caller *Macro) (Value, error) 
 	if err := st.step(1); err != nil {
 		return nil, err
 	}
+	if a, ok := e.fn.(*attrExpr); ok {
+		// obj.method(...): called without allocating the bound method,
+		// in the same order (object, attribute, arguments).
+		obj, err := st.eval(a.obj, sc)
+		if err != nil {
+			return nil, err
+		}
+		if hasMethod(obj, a.name) {
+			args, kw, err := st.evalArgs(e.args, e.kwNames, e.kwVals, e.star, e.starKw, sc)
+			if err != nil {
+				return nil, err
+			}
+			m := boundMethod{recv: obj, name: a.name}
+			return st.callMethod(&m, args, kw)
+		}
+		fn, err := getAttr(obj, a.name)
+		if err != nil {
+			return nil, err
+		}
+		return st.callValue(fn, e, sc, caller)
+	}
 	fn, err := st.eval(e.fn, sc)
 	if err != nil {
 		return nil, err
 	}
+	return st.callValue(fn, e, sc, caller)
+}
+
+// callValue evaluates e's arguments and calls fn with them.
+func (st *state) callValue(fn Value, e *callExpr, sc *scope, caller *Macro) (Value, error) {
 	args, kw, err := st.evalArgs(e.args, e.kwNames, e.kwVals, e.star, e.starKw, sc)
 	if err != nil {
 		return nil, err

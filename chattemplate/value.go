@@ -82,6 +82,11 @@ func (d *Dict) Set(k, v Value) {
 		d.vals[i] = v
 		return
 	}
+	if cap(d.keys) == 0 {
+		// Most dicts are small: room for four entries, one allocation.
+		kv := make([]Value, 8)
+		d.keys, d.vals = kv[:0:4], kv[4:4:8]
+	}
 	d.keys = append(d.keys, k)
 	d.vals = append(d.vals, v)
 	if d.index != nil {
