@@ -45,11 +45,11 @@ func getAttr(obj Value, name string) (Value, error) {
 	}
 	switch x := obj.(type) {
 	case *Dict:
-		if v, ok := x.Get(name); ok {
+		if v, ok := x.getStr(name); ok {
 			return v, nil
 		}
 	case *Namespace:
-		if v, ok := x.attrs.Get(name); ok {
+		if v, ok := x.attrs.getStr(name); ok {
 			return v, nil
 		}
 	case *loopObj:

@@ -115,6 +115,23 @@ func (d *Dict) Get(k Value) (Value, bool) {
 	return d.vals[i], true
 }
 
+// getStr is Get for a string key, without boxing it for a small dict
+// (which has no index).
+func (d *Dict) getStr(name string) (Value, bool) {
+	if d == nil {
+		return nil, false
+	}
+	if d.index != nil {
+		return d.Get(name)
+	}
+	for i, x := range d.keys {
+		if xs, ok := x.(string); ok && xs == name {
+			return d.vals[i], true
+		}
+	}
+	return nil, false
+}
+
 // Delete removes k, keeping the order of the others.
 func (d *Dict) Delete(k Value) {
 	i := d.find(k)
