@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -56,6 +57,12 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	m      *Metrics
+	// workers is the gRPC server's stream workers (NewGRPCServer sets
+	// it; 0: none) and open the streams being served: while open ≤ workers
+	// a stream most likely runs on a worker, whose stack is grown, and
+	// decides there instead of handing the decision to a decider.
+	workers int64
+	open    atomic.Int64
 }
 
 // NewServer returns the ext_proc service over router.
@@ -104,6 +111,7 @@ type stream struct {
 	routed   bool // a routing decision was sent
 	decision Decision
 	job      decideJob
+	onWorker bool // probably on a gRPC stream worker (see Server.workers)
 }
 
 type recvResult struct {
@@ -124,6 +132,8 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st.mode, st.modeSource = st.configured, ModeSourceConfigured
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
+	st.onWorker = s.open.Add(1) <= s.workers
+	defer s.open.Add(-1)
 	defer func() {
 		if st.routed {
 			s.router.End(&st.decision)
@@ -386,10 +396,11 @@ type decideJob struct {
 }
 
 // deciders are long-lived goroutines, one per P, that run decisions. A
-// decision (chat template, tokenizer) needs a stack of tens of kB; a stream's
-// goroutine is new for every request and would grow its 8 kB stack by
-// copying it several times, which cost ~10 % of the handler's CPU in
-// BenchmarkGRPCDecisions_2kChat. The pool is shared by every Server in the
+// decision (chat template, tokenizer) needs a stack of tens of kB; a stream
+// beyond the gRPC stream workers (or on a server without them) runs on a
+// goroutine new for every request, which would grow its 8 kB stack by
+// copying it several times (~10 % of the handler's CPU in
+// BenchmarkGRPCDecisions_2kChat before the workers). The pool is shared by every Server in the
 // process and never stops (its goroutines only wait on a channel).
 var deciders struct {
 	once sync.Once
@@ -415,9 +426,13 @@ func (j *decideJob) run() {
 	j.d = j.st.decide(j.body)
 }
 
-// decideOnWarmStack runs decide on an idle decider, or on the stream's own
+// decideOnWarmStack runs decide on the stream's own goroutine when that is
+// probably a gRPC stream worker, else on an idle decider, or on the stream's
 // goroutine when none is idle (a decision never waits for a decider).
 func (st *stream) decideOnWarmStack(body []byte) Decision {
+	if st.onWorker {
+		return st.decide(body) // a worker's stack is warm: no hand-off
+	}
 	deciders.once.Do(startDeciders)
 	j := &st.job
 	if j.done == nil {
