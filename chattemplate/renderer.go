@@ -240,7 +240,10 @@ func parseMessage(m *Dict, format string) (*Dict, error) {
 	switch c := content.(type) {
 	case nil:
 	case string:
-		parts = []Value{c}
+		if format == ContentFormatOpenAI {
+			parts = []Value{c}
+		} // else the content is its own one text, set as it is below
+
 	case *List:
 		parts = c.Items
 	default:
@@ -314,6 +317,8 @@ func parseMessage(m *Dict, format string) (*Dict, error) {
 	out.Set("role", roleV)
 	if openai {
 		out.Set("content", &List{Items: wrapped})
+	} else if _, isStr := content.(string); isStr {
+		out.Set("content", content) // what joining its one text would give, boxed already
 	} else {
 		out.Set("content", strings.Join(texts, "\n"))
 	}
