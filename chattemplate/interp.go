@@ -124,6 +124,13 @@ type scope struct {
 	vals   []Value
 }
 
+// loopFrame is a loop's scope with room for four variables, one allocation.
+type loopFrame struct {
+	scope
+	names [4]string
+	vals  [4]Value
+}
+
 func (s *scope) lookup(name string) (Value, bool) {
 	for f := s; f != nil; f = f.parent {
 		for i := len(f.names) - 1; i >= 0; i-- {
@@ -482,7 +489,9 @@ func (st *state) runLoop(n *forNode, sc *scope, iv Value, depth int) error {
 	// visit_For): the else block then runs even though the loop ran.
 	runElse := true
 	// One frame reused by every iteration: each starts empty, as in Jinja2.
-	f := &scope{parent: sc, names: make([]string, 0, 4), vals: make([]Value, 0, 4)}
+	lf := &loopFrame{}
+	lf.scope = scope{parent: sc, names: lf.names[:0], vals: lf.vals[:0]}
+	f := &lf.scope
 	for i, it := range items {
 		lo.index0 = i
 		clear(f.vals)

@@ -71,7 +71,7 @@ func SelectTemplate(override string, chatTemplateJSON json.RawMessage, hasTools 
 // vLLM's OpenAI server does before tokenizing. Safe for concurrent use.
 type Renderer struct {
 	tpl      *Template
-	specials Specials
+	specials map[string]Value // the set Specials by template variable, boxed once
 	now      func() time.Time
 	format   string
 }
@@ -86,7 +86,13 @@ func NewRenderer(src string, specials Specials, now func() time.Time) (*Renderer
 	if now == nil {
 		now = time.Now
 	}
-	return &Renderer{tpl: tpl, specials: specials, now: now, format: detectContentFormat(tpl)}, nil
+	vars := map[string]Value{}
+	for name, v := range map[string]string{"bos_token": specials.BOS, "eos_token": specials.EOS, "unk_token": specials.Unk, "pad_token": specials.Pad} {
+		if v != "" {
+			vars[name] = v
+		}
+	}
+	return &Renderer{tpl: tpl, specials: vars, now: now, format: detectContentFormat(tpl)}, nil
 }
 
 // ContentFormat reports the detected content format ("string" or "openai").
@@ -150,11 +156,9 @@ func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 		}
 	}
 
-	ctx := map[string]any{}
-	for name, v := range map[string]string{"bos_token": r.specials.BOS, "eos_token": r.specials.EOS, "unk_token": r.specials.Unk, "pad_token": r.specials.Pad} {
-		if v != "" {
-			ctx[name] = v
-		}
+	ctx := make(map[string]any, len(r.specials)+len(kwargs.keys)+1)
+	for name, v := range r.specials {
+		ctx[name] = v
 	}
 	for i, k := range kwargs.keys {
 		ks, ok := k.(string)
