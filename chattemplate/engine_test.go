@@ -198,3 +198,27 @@ func TestOutputSumMatchesEval(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendRenderBudgetCountsItsOwnOutput: the output budget bounds what
+// one render appends, not the bytes already in the caller's buffer, and a
+// render over it fails the same with or without them.
+func TestAppendRenderBudgetCountsItsOwnOutput(t *testing.T) {
+	tpl, err := Parse(`{% for i in range(10) %}{{ "0123456789" }}{% endfor %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := []byte(strings.Repeat("p", 1000))
+	for _, c := range []struct {
+		limit int
+		ok    bool
+	}{{100, true}, {99, false}} {
+		alone, errAlone := tpl.AppendRender(nil, nil, RenderOptions{MaxOutputSize: c.limit})
+		after, errAfter := tpl.AppendRender(append([]byte(nil), prefix...), nil, RenderOptions{MaxOutputSize: c.limit})
+		if (errAlone == nil) != c.ok || (errAfter == nil) != c.ok {
+			t.Fatalf("limit %d: errors %v / %v, want ok=%v", c.limit, errAlone, errAfter, c.ok)
+		}
+		if c.ok && (string(after[:len(prefix)]) != string(prefix) || string(after[len(prefix):]) != string(alone) || len(alone) != 100) {
+			t.Fatalf("limit %d: appended %q after the prefix, alone %q", c.limit, after[len(prefix):], alone)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package chattemplate
 
 import (
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Default render limits. A chat template rendering a long conversation uses
@@ -55,6 +57,18 @@ func Parse(src string) (*Template, error) {
 // FromGo converts. A template that calls raise_exception returns an *Error
 // of Kind "TemplateError"; Render never panics on any template or context.
 func (t *Template) Render(ctx map[string]any, opts RenderOptions) (out string, err error) {
+	b, err := t.AppendRender(nil, ctx, opts)
+	if err != nil {
+		return "", err
+	}
+	// b is this render's own buffer and is never written again.
+	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+}
+
+// AppendRender is Render appending the output to dst, so a caller can
+// render into one reused buffer. On error the returned slice is dst with
+// whatever was rendered before the error appended.
+func (t *Template) AppendRender(dst []byte, ctx map[string]any, opts RenderOptions) ([]byte, error) {
 	st := &state{
 		maxSteps: opts.MaxSteps,
 		maxBytes: opts.MaxOutputSize,
@@ -73,16 +87,33 @@ func (t *Template) Render(ctx map[string]any, opts RenderOptions) (out string, e
 	for k, v := range ctx {
 		st.ctx[k] = FromGo(v)
 	}
-	var b strings.Builder
+	out := outBuf{b: dst, base: len(dst)}
 	if opts.SizeHint > 0 {
-		b.Grow(min(opts.SizeHint, st.maxBytes))
+		out.b = slices.Grow(out.b, min(opts.SizeHint, st.maxBytes))
 	}
-	st.out = &b
+	st.out = &out
 	root := &scope{}
-	if _, err := st.execBody(t.body, root); err != nil {
-		return "", err
-	}
-	return b.String(), nil
+	_, err := st.execBody(t.body, root)
+	return out.b, err
+}
+
+// outBuf is a render's output (or a captured block's): the bytes after
+// base in b.
+type outBuf struct {
+	b    []byte
+	base int
+}
+
+// Len returns the bytes written so far.
+func (o *outBuf) Len() int { return len(o.b) - o.base }
+
+func (o *outBuf) WriteString(s string) { o.b = append(o.b, s...) }
+
+// String returns the captured text without a copy; a captured block's
+// buffer is its own and is not written after it is read.
+func (o *outBuf) String() string {
+	t := o.b[o.base:]
+	return unsafe.String(unsafe.SliceData(t), len(t))
 }
 
 // scope holds the variables assigned in one Jinja2 frame. Frames are small,
@@ -91,6 +122,13 @@ type scope struct {
 	parent *scope
 	names  []string
 	vals   []Value
+}
+
+// loopFrame is a loop's scope with room for four variables, one allocation.
+type loopFrame struct {
+	scope
+	names [4]string
+	vals  [4]Value
 }
 
 func (s *scope) lookup(name string) (Value, bool) {
@@ -130,7 +168,7 @@ type state struct {
 	callDepth int
 	now       func() time.Time
 	ctx       map[string]Value
-	out       *strings.Builder
+	out       *outBuf
 }
 
 func (st *state) step(n int) error {
@@ -230,7 +268,7 @@ func (st *state) writeSum(e *binExpr, sc *scope) error {
 // capture renders body into a fresh buffer and returns its text.
 func (st *state) capture(body []node, sc *scope) (string, error) {
 	saved := st.out
-	var b strings.Builder
+	var b outBuf
 	st.out = &b
 	_, err := st.execBody(body, sc)
 	st.out = saved
@@ -451,7 +489,9 @@ func (st *state) runLoop(n *forNode, sc *scope, iv Value, depth int) error {
 	// visit_For): the else block then runs even though the loop ran.
 	runElse := true
 	// One frame reused by every iteration: each starts empty, as in Jinja2.
-	f := &scope{parent: sc, names: make([]string, 0, 4), vals: make([]Value, 0, 4)}
+	lf := &loopFrame{}
+	lf.scope = scope{parent: sc, names: lf.names[:0], vals: lf.vals[:0]}
+	f := &lf.scope
 	for i, it := range items {
 		lo.index0 = i
 		clear(f.vals)
@@ -764,10 +804,36 @@ func (st *state) evalCall(e *callExpr, sc *scope, caller *Macro) (Value, error) 
 	if err := st.step(1); err != nil {
 		return nil, err
 	}
+	if a, ok := e.fn.(*attrExpr); ok {
+		// obj.method(...): called without allocating the bound method,
+		// in the same order (object, attribute, arguments).
+		obj, err := st.eval(a.obj, sc)
+		if err != nil {
+			return nil, err
+		}
+		if hasMethod(obj, a.name) {
+			args, kw, err := st.evalArgs(e.args, e.kwNames, e.kwVals, e.star, e.starKw, sc)
+			if err != nil {
+				return nil, err
+			}
+			m := boundMethod{recv: obj, name: a.name}
+			return st.callMethod(&m, args, kw)
+		}
+		fn, err := getAttr(obj, a.name)
+		if err != nil {
+			return nil, err
+		}
+		return st.callValue(fn, e, sc, caller)
+	}
 	fn, err := st.eval(e.fn, sc)
 	if err != nil {
 		return nil, err
 	}
+	return st.callValue(fn, e, sc, caller)
+}
+
+// callValue evaluates e's arguments and calls fn with them.
+func (st *state) callValue(fn Value, e *callExpr, sc *scope, caller *Macro) (Value, error) {
 	args, kw, err := st.evalArgs(e.args, e.kwNames, e.kwVals, e.star, e.starKw, sc)
 	if err != nil {
 		return nil, err
@@ -797,7 +863,7 @@ func (st *state) call(fn Value, args []Value, kw *Dict, caller *Macro) (Value, e
 			return nil, errorf("LimitError", "recursive loop nested deeper than %d", maxCallDepth)
 		}
 		saved := st.out
-		var b strings.Builder
+		var b outBuf
 		st.out = &b
 		err := st.runLoop(f.node, f.sc, args[0], f.depth+1)
 		st.out = saved

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +32,16 @@ func DecodeJSON(data []byte) (Value, error) {
 			}
 		}()
 	}
+	if p, ok := stackPool.Get().(*[]Value); ok {
+		d.stack = (*p)[:0]
+		defer func() {
+			if cap(d.stack) <= maxPooledStack {
+				clear(d.stack) // hold no decoded value (closed objects cleared theirs)
+				*p = d.stack[:0]
+				stackPool.Put(p)
+			}
+		}()
+	}
 	d.skipSpace()
 	v, err := d.value(0)
 	if err != nil {
@@ -43,6 +54,12 @@ func DecodeJSON(data []byte) (Value, error) {
 	return v, nil
 }
 
+// maxPooledStack bounds the decoder stacks stackPool keeps (in values).
+const maxPooledStack = 4096
+
+// stackPool holds decoders' stacks of pending object pairs and array items.
+var stackPool = sync.Pool{New: func() any { return new([]Value) }}
+
 // maxScratchHint caps the first size of the decoder's string scratch buffer,
 // and the size of the buffers scratchPool keeps.
 const maxScratchHint = 64 << 10
@@ -51,9 +68,10 @@ const maxScratchHint = 64 << 10
 var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 type jsonDecoder struct {
-	s   []byte
-	i   int
-	buf []byte // scratch for strings with escapes or non-ASCII text
+	s     []byte
+	i     int
+	buf   []byte  // scratch for strings with escapes or non-ASCII text
+	stack []Value // the pairs and items of the objects and arrays being decoded
 }
 
 func (d *jsonDecoder) errorf(format string, args ...any) error {
@@ -81,18 +99,20 @@ func (d *jsonDecoder) value(depth int) (Value, error) {
 	switch c := d.s[d.i]; {
 	case c == '{':
 		d.i++
-		obj := NewDict()
 		d.skipSpace()
 		if d.i < len(d.s) && d.s[d.i] == '}' {
 			d.i++
-			return obj, nil
+			return NewDict(), nil
 		}
+		// The pairs wait on d.stack until the object ends, so the dict
+		// is allocated once at its size.
+		base := len(d.stack)
 		for {
 			d.skipSpace()
 			if d.i >= len(d.s) || d.s[d.i] != '"' {
 				return nil, d.errorf("expected object key")
 			}
-			k, err := d.str()
+			k, err := d.strValue()
 			if err != nil {
 				return nil, err
 			}
@@ -106,7 +126,7 @@ func (d *jsonDecoder) value(depth int) (Value, error) {
 			if err != nil {
 				return nil, err
 			}
-			obj.Set(k, v)
+			d.stack = append(d.stack, k, v)
 			d.skipSpace()
 			if d.i >= len(d.s) {
 				return nil, d.errorf("unexpected end of object")
@@ -117,25 +137,32 @@ func (d *jsonDecoder) value(depth int) (Value, error) {
 			}
 			if d.s[d.i] == '}' {
 				d.i++
+				pairs := d.stack[base:]
+				obj := newDictCap(len(pairs) / 2)
+				for i := 0; i < len(pairs); i += 2 {
+					obj.Set(pairs[i], pairs[i+1]) // a repeated key keeps its place and takes the last value
+				}
+				clear(pairs)
+				d.stack = d.stack[:base]
 				return obj, nil
 			}
 			return nil, d.errorf("expected ',' or '}'")
 		}
 	case c == '[':
 		d.i++
-		l := &List{}
 		d.skipSpace()
 		if d.i < len(d.s) && d.s[d.i] == ']' {
 			d.i++
-			return l, nil
+			return &List{}, nil
 		}
+		base := len(d.stack)
 		for {
 			d.skipSpace()
 			v, err := d.value(depth + 1)
 			if err != nil {
 				return nil, err
 			}
-			l.Items = append(l.Items, v)
+			d.stack = append(d.stack, v)
 			d.skipSpace()
 			if d.i >= len(d.s) {
 				return nil, d.errorf("unexpected end of array")
@@ -146,12 +173,16 @@ func (d *jsonDecoder) value(depth int) (Value, error) {
 			}
 			if d.s[d.i] == ']' {
 				d.i++
+				items := d.stack[base:]
+				l := &List{Items: slices.Clone(items)}
+				clear(items)
+				d.stack = d.stack[:base]
 				return l, nil
 			}
 			return nil, d.errorf("expected ',' or ']'")
 		}
 	case c == '"':
-		return d.str()
+		return d.strValue()
 	case c == 't':
 		return d.literal("true", true)
 	case c == 'f':
@@ -241,6 +272,44 @@ func plainRun(s []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// internedStrings are the keys and values every chat body repeats, boxed
+// once: a plain string equal to one decodes to it without allocating.
+// maxInternedBytes is the length of the longest.
+var internedStrings, maxInternedBytes = func() (map[string]Value, int) {
+	m, longest := map[string]Value{}, 0
+	for _, s := range []string{
+		"model", "messages", "role", "content", "name", "type", "text", "tools", "tool_calls",
+		"tool_call_id", "function", "arguments", "id", "description", "parameters", "properties",
+		"required", "stream", "temperature", "max_tokens", "max_completion_tokens", "top_p",
+		"system", "user", "assistant", "tool", "developer", "object", "string", "array",
+	} {
+		m[s], longest = s, max(longest, len(s))
+	}
+	return m, longest
+}()
+
+// strValue is str boxed as a Value, interned when it is one of
+// internedStrings.
+func (d *jsonDecoder) strValue() (Value, error) {
+	for j := d.i + 1; j < len(d.s) && j <= d.i+1+maxInternedBytes; j++ {
+		if d.s[j] == '"' {
+			if v, ok := internedStrings[string(d.s[d.i+1:j])]; ok {
+				d.i = j + 1
+				return v, nil
+			}
+			break
+		}
+		if !jsonPlain[d.s[j]] {
+			break
+		}
+	}
+	s, err := d.str()
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func (d *jsonDecoder) str() (string, error) {

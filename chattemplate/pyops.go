@@ -40,28 +40,16 @@ var listMethods = map[string]bool{
 // getAttr is Jinja2's environment.getattr: the Python attribute first, then
 // the item of that name.
 func getAttr(obj Value, name string) (Value, error) {
+	if hasMethod(obj, name) {
+		return &boundMethod{recv: obj, name: name}, nil
+	}
 	switch x := obj.(type) {
 	case *Dict:
-		if dictMethods[name] {
-			return &boundMethod{recv: x, name: name}, nil
-		}
-		if v, ok := x.Get(name); ok {
+		if v, ok := x.getStr(name); ok {
 			return v, nil
 		}
-	case string:
-		if strMethods[name] {
-			return &boundMethod{recv: x, name: name}, nil
-		}
-	case *List:
-		if listMethods[name] {
-			return &boundMethod{recv: x, name: name}, nil
-		}
-	case Tuple:
-		if name == "index" || name == "count" {
-			return &boundMethod{recv: x, name: name}, nil
-		}
 	case *Namespace:
-		if v, ok := x.attrs.Get(name); ok {
+		if v, ok := x.attrs.getStr(name); ok {
 			return v, nil
 		}
 	case *loopObj:
@@ -84,6 +72,22 @@ func getAttr(obj Value, name string) (Value, error) {
 		}
 	}
 	return undefinedAttr(obj, name), nil
+}
+
+// hasMethod reports whether obj.name is one of the Python methods the engine
+// implements (getAttr then returns it bound to obj).
+func hasMethod(obj Value, name string) bool {
+	switch obj.(type) {
+	case *Dict:
+		return dictMethods[name]
+	case string:
+		return strMethods[name]
+	case *List:
+		return listMethods[name]
+	case Tuple:
+		return name == "index" || name == "count"
+	}
+	return false
 }
 
 // getItem is Jinja2's environment.getitem: obj[key], then for a string key

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unsafe"
 )
 
 // Specials are the tokenizer's special-token strings from
@@ -70,7 +71,7 @@ func SelectTemplate(override string, chatTemplateJSON json.RawMessage, hasTools 
 // vLLM's OpenAI server does before tokenizing. Safe for concurrent use.
 type Renderer struct {
 	tpl      *Template
-	specials Specials
+	specials map[string]Value // the set Specials by template variable, boxed once
 	now      func() time.Time
 	format   string
 }
@@ -85,7 +86,13 @@ func NewRenderer(src string, specials Specials, now func() time.Time) (*Renderer
 	if now == nil {
 		now = time.Now
 	}
-	return &Renderer{tpl: tpl, specials: specials, now: now, format: detectContentFormat(tpl)}, nil
+	vars := map[string]Value{}
+	for name, v := range map[string]string{"bos_token": specials.BOS, "eos_token": specials.EOS, "unk_token": specials.Unk, "pad_token": specials.Pad} {
+		if v != "" {
+			vars[name] = v
+		}
+	}
+	return &Renderer{tpl: tpl, specials: vars, now: now, format: detectContentFormat(tpl)}, nil
 }
 
 // ContentFormat reports the detected content format ("string" or "openai").
@@ -104,15 +111,27 @@ var applyChatTemplateParams = map[string]bool{
 // apply_chat_template). It fails with ErrMultimodal for media parts and
 // with the template's error when the template raises.
 func (r *Renderer) RenderRequest(req *Request) (string, error) {
+	b, err := r.AppendRequest(nil, req)
+	if err != nil {
+		return "", err
+	}
+	// b is this call's own buffer and is never written again.
+	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+}
+
+// AppendRequest is RenderRequest appending the prompt to dst, so a caller
+// can render every request into one reused buffer. On error the returned
+// slice's contents after len(dst) are unspecified.
+func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 	conv := &List{Items: make([]Value, 0, len(req.Messages.Items))}
 	for i, m := range req.Messages.Items {
 		md, ok := m.(*Dict)
 		if !ok {
-			return "", fmt.Errorf("messages[%d] is not an object", i)
+			return dst, fmt.Errorf("messages[%d] is not an object", i)
 		}
 		pm, err := parseMessage(md, r.format)
 		if err != nil {
-			return "", fmt.Errorf("messages[%d]: %w", i, err)
+			return dst, fmt.Errorf("messages[%d]: %w", i, err)
 		}
 		conv.Items = append(conv.Items, pm)
 	}
@@ -131,17 +150,15 @@ func (r *Renderer) RenderRequest(req *Request) (string, error) {
 		for i, k := range req.ChatTemplateKwargs.keys {
 			ks, _ := k.(string)
 			if ks == "chat_template" || ks == "tokenize" {
-				return "", fmt.Errorf("unexpected chat template kwarg %q", ks)
+				return dst, fmt.Errorf("unexpected chat template kwarg %q", ks)
 			}
 			kwargs.Set(k, req.ChatTemplateKwargs.vals[i])
 		}
 	}
 
-	ctx := map[string]any{}
-	for name, v := range map[string]string{"bos_token": r.specials.BOS, "eos_token": r.specials.EOS, "unk_token": r.specials.Unk, "pad_token": r.specials.Pad} {
-		if v != "" {
-			ctx[name] = v
-		}
+	ctx := make(map[string]any, len(r.specials)+len(kwargs.keys)+1)
+	for name, v := range r.specials {
+		ctx[name] = v
 	}
 	for i, k := range kwargs.keys {
 		ks, ok := k.(string)
@@ -151,12 +168,19 @@ func (r *Renderer) RenderRequest(req *Request) (string, error) {
 		ctx[ks] = kwargs.vals[i]
 	}
 	ctx["messages"] = conv
-	out, err := r.tpl.Render(ctx, RenderOptions{Now: r.now, SizeHint: renderSizeHint(conv)})
+	base := len(dst)
+	out, err := r.tpl.AppendRender(dst, ctx, RenderOptions{Now: r.now, SizeHint: renderSizeHint(conv)})
 	if err != nil {
-		return "", err
+		return out, err
 	}
 	if cfm, _ := kwargs.Get("continue_final_message"); truthy(cfm) {
-		return continueFinalMessage(out, conv)
+		rendered := out[base:]
+		// The cut is a prefix of the rendered text: keep that many bytes.
+		kept, err := continueFinalMessage(unsafe.String(unsafe.SliceData(rendered), len(rendered)), conv)
+		if err != nil {
+			return out, err
+		}
+		return out[:base+len(kept)], nil
 	}
 	return out, nil
 }
@@ -220,7 +244,10 @@ func parseMessage(m *Dict, format string) (*Dict, error) {
 	switch c := content.(type) {
 	case nil:
 	case string:
-		parts = []Value{c}
+		if format == ContentFormatOpenAI {
+			parts = []Value{c}
+		} // else the content is its own one text, set as it is below
+
 	case *List:
 		parts = c.Items
 	default:
@@ -294,6 +321,8 @@ func parseMessage(m *Dict, format string) (*Dict, error) {
 	out.Set("role", roleV)
 	if openai {
 		out.Set("content", &List{Items: wrapped})
+	} else if _, isStr := content.(string); isStr {
+		out.Set("content", content) // what joining its one text would give, boxed already
 	} else {
 		out.Set("content", strings.Join(texts, "\n"))
 	}
@@ -519,4 +548,10 @@ func renderSizeHint(conv *List) int {
 // RenderRequest renders req with the template chosen by For.
 func (c *ChatTemplates) RenderRequest(req *Request) (string, error) {
 	return c.For(req).RenderRequest(req)
+}
+
+// AppendRequest appends req's prompt, rendered with the template chosen by
+// For, to dst.
+func (c *ChatTemplates) AppendRequest(dst []byte, req *Request) ([]byte, error) {
+	return c.For(req).AppendRequest(dst, req)
 }

@@ -421,3 +421,53 @@ func TestChatTemplatesPickToolUseForRequestsWithTools(t *testing.T) {
 		t.Error("broken template accepted")
 	}
 }
+
+// TestAppendRequestRendersWhatRenderRequestRenders: AppendRequest into one
+// reused buffer that starts with other bytes leaves them alone and appends
+// exactly RenderRequest's prompt (or fails with its error), for every
+// template and conversation in testdata, with and without
+// continue_final_message (which cuts the rendered text).
+func TestAppendRequestRendersWhatRenderRequestRenders(t *testing.T) {
+	templates, convs, _ := loadConformance(t)
+	prefix := []byte("bytes before the prompt|")
+	buf := append([]byte(nil), prefix...)
+	checked, rendered := 0, 0
+	for name, src := range templates {
+		r, err := NewRenderer(src, conformanceSpecials, frozenNow)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, ck := range convs.Keys() {
+			conv, _ := convs.Get(ck)
+			for _, extra := range []map[string]any{nil, {"add_generation_prompt": false, "continue_final_message": true}} {
+				body := requestBody(t, conv.(*Dict), extra)
+				parse := func() *Request {
+					req, err := ParseChatRequest(body)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return req
+				}
+				want, wantErr := r.RenderRequest(parse())
+				var gotErr error
+				buf, gotErr = r.AppendRequest(buf[:len(prefix)], parse())
+				checked++
+				switch {
+				case wantErr != nil || gotErr != nil:
+					if wantErr == nil || gotErr == nil || wantErr.Error() != gotErr.Error() {
+						t.Errorf("%s|%s %v: AppendRequest error %v, RenderRequest error %v", name, ck, extra, gotErr, wantErr)
+					}
+				case string(buf[:len(prefix)]) != string(prefix):
+					t.Errorf("%s|%s %v: the bytes before the prompt changed: %q", name, ck, extra, buf[:len(prefix)])
+				case string(buf[len(prefix):]) != want:
+					t.Errorf("%s|%s %v: %s", name, ck, extra, firstDiff(string(buf[len(prefix):]), want))
+				default:
+					rendered++
+				}
+			}
+		}
+	}
+	if checked < 400 || rendered < 200 {
+		t.Errorf("only %d requests checked, %d rendered", checked, rendered)
+	}
+}

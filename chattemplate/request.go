@@ -38,7 +38,7 @@ func ParseChatRequest(body []byte) (*Request, error) {
 	}
 	r := &Request{AddGenerationPrompt: true}
 	str := func(key string) (string, error) {
-		x, ok := d.Get(key)
+		x, ok := d.getStr(key)
 		if !ok || x == nil {
 			return "", nil
 		}
@@ -49,7 +49,7 @@ func ParseChatRequest(body []byte) (*Request, error) {
 		return s, nil
 	}
 	boolean := func(key string, def bool) (bool, error) {
-		x, ok := d.Get(key)
+		x, ok := d.getStr(key)
 		if !ok || x == nil {
 			return def, nil
 		}

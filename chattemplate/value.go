@@ -39,6 +39,13 @@ const smallDict = 12
 // NewDict returns an empty ordered dict.
 func NewDict() *Dict { return &Dict{} }
 
+// newDictCap returns an empty dict with room for n entries, keys and values
+// in one allocation.
+func newDictCap(n int) *Dict {
+	kv := make([]Value, 2*n)
+	return &Dict{keys: kv[:0:n], vals: kv[n : n : 2*n]}
+}
+
 // Len returns the number of entries.
 func (d *Dict) Len() int { return len(d.keys) }
 
@@ -75,6 +82,11 @@ func (d *Dict) Set(k, v Value) {
 		d.vals[i] = v
 		return
 	}
+	if cap(d.keys) == 0 {
+		// Most dicts are small: room for four entries, one allocation.
+		kv := make([]Value, 8)
+		d.keys, d.vals = kv[:0:4], kv[4:4:8]
+	}
 	d.keys = append(d.keys, k)
 	d.vals = append(d.vals, v)
 	if d.index != nil {
@@ -101,6 +113,23 @@ func (d *Dict) Get(k Value) (Value, bool) {
 		return nil, false
 	}
 	return d.vals[i], true
+}
+
+// getStr is Get for a string key, without boxing it for a small dict
+// (which has no index).
+func (d *Dict) getStr(name string) (Value, bool) {
+	if d == nil {
+		return nil, false
+	}
+	if d.index != nil {
+		return d.Get(name)
+	}
+	for i, x := range d.keys {
+		if xs, ok := x.(string); ok && xs == name {
+			return d.vals[i], true
+		}
+	}
+	return nil, false
 }
 
 // Delete removes k, keeping the order of the others.

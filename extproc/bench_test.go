@@ -117,6 +117,8 @@ func BenchmarkGRPCDecisions_2kChat(b *testing.B) {
 		bodies[i] = w.body(i)
 	}
 	nop := benchServe(b, func() *grpc.Server {
+		// gRPC's defaults: with kvroute's stream workers the nop server was
+		// a few percent slower at one stream and no faster at 8 or 32.
 		g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
 		extprocv3.RegisterExternalProcessorServer(g, nopProcessor{})
 		return g

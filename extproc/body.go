@@ -84,7 +84,7 @@ func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 	err := scanObject(body, func(key, value []byte) error {
 		switch string(key) {
 		case "model":
-			return json.Unmarshal(value, &b.Model)
+			return decodeString(value, &b.Model)
 		case "prompt":
 			b.Prompt = value
 		case "messages":
@@ -181,6 +181,25 @@ func (r *Request) parseIDs(raw json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// decodeString is json.Unmarshal into a string, without reflection for a
+// string of printable ASCII and no escapes (a model name, as sent).
+func decodeString(value []byte, dst *string) error {
+	if n := len(value); n >= 2 && value[0] == '"' && value[n-1] == '"' {
+		plain := true
+		for _, c := range value[1 : n-1] {
+			if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			*dst = string(value[1 : n-1])
+			return nil
+		}
+	}
+	return json.Unmarshal(value, dst)
 }
 
 func firstByte(raw []byte) byte {

@@ -114,3 +114,18 @@ func FuzzScanObject(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeStringMatchesEncodingJSON: the reflection-free string decode of
+// a model name gives encoding/json's value and error, whatever the bytes.
+func FuzzDecodeStringMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{`"qwen3"`, `"a\"b"`, `"é"`, `null`, `1`, `"`, `""`, "\"\x01\"", `"a\u0041"`, `"x" `, `"\x7f"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		got, want := "unchanged", "unchanged"
+		gotErr, wantErr := decodeString(value, &got), json.Unmarshal(value, &want)
+		if got != want || (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("%q: %q, %v; encoding/json %q, %v", value, got, gotErr, want, wantErr)
+		}
+	})
+}

@@ -19,11 +19,20 @@ import (
 // ProcessingRequest (headers, metadata) when sizing MaxRecvMsgSize.
 const grpcMessageMargin = 1 << 20
 
+// streamWorkers is the number of long-lived goroutines that run ext_proc
+// streams (grpc.NumStreamWorkers). Without them gRPC starts a goroutine per
+// stream, that is per HTTP request, whose stack grows by copying while it
+// unmarshals, decides and marshals; a worker keeps its grown stack. Streams
+// beyond this many at once still get a goroutine each, as without workers.
+// Idle workers cost their stacks (tens of kB each).
+const streamWorkers = 128
+
 // NewGRPCServer returns a gRPC server carrying the ext_proc service and
 // grpc.health.v1 with the names Envoy and GIE probe. tlsConf nil: plaintext.
 // The health server starts NOT_SERVING for readiness; see WatchReadiness.
 func NewGRPCServer(s *Server, tlsConf *tls.Config) (*grpc.Server, *health.Server) {
 	g := grpc.NewServer(serverOptions(s, tlsConf)...)
+	s.workers = streamWorkers
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -41,6 +50,7 @@ func serverOptions(s *Server, tlsConf *tls.Config) []grpc.ServerOption {
 		grpc.MaxSendMsgSize(s.opts.BodyLimitBytes + grpcMessageMargin),
 		// Envoy opens one stream per request on a few long-lived connections.
 		grpc.MaxConcurrentStreams(1 << 16),
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.recoverUnary),
 		grpc.ChainStreamInterceptor(s.recoverStream),

@@ -45,18 +45,17 @@ func (wordTokenizer) Encode(text string, addSpecial bool) []int {
 // lineChat renders "role: content" lines from a chat body's messages.
 type lineChat struct{}
 
-func (lineChat) RenderChat(body []byte) (string, error) {
+func (lineChat) AppendChat(dst, body []byte) ([]byte, error) {
 	var req struct {
 		Messages []struct{ Role, Content string } `json:"messages"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return "", err
+		return dst, err
 	}
-	var b strings.Builder
 	for _, m := range req.Messages {
-		fmt.Fprintf(&b, "%s: %s\n", m.Role, m.Content)
+		dst = fmt.Appendf(dst, "%s: %s\n", m.Role, m.Content)
 	}
-	return b.String() + "assistant:", nil
+	return append(dst, "assistant:"...), nil
 }
 
 const testBlockSize = 4

@@ -10,12 +10,15 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 )
 
 // Tokenizer turns prompt text into token ids exactly as the pool's engines do.
+// Encode must not keep text (or any part of it) after it returns: the router
+// renders chat prompts into a buffer it reuses.
 type Tokenizer interface {
 	Encode(text string, addSpecialTokens bool) []int
 }
@@ -29,10 +32,16 @@ type appendEncoder interface {
 // maxPooledIDs bounds the id buffers the router keeps for reuse (8 MiB).
 const maxPooledIDs = 1 << 20
 
+// maxPooledText bounds the prompt-text buffers the router keeps for reuse.
+const maxPooledText = 8 << 20
+
 // ChatRenderer renders an OpenAI chat body into the prompt text vLLM would
 // tokenize (its chat template applied to the preprocessed messages).
 type ChatRenderer interface {
-	RenderChat(body []byte) (string, error)
+	// AppendChat appends the prompt of body to dst and returns the
+	// extended slice; the router reuses dst for later requests, so the
+	// renderer must not keep it.
+	AppendChat(dst, body []byte) ([]byte, error)
 }
 
 // PoolConfig describes one pool to the router.
@@ -106,6 +115,7 @@ type Router struct {
 	byModel map[string]modelRef
 	matches sync.Pool
 	ids     sync.Pool // *[]int: token-id buffers for appendEncoder
+	texts   sync.Pool // *[]byte: rendered chat prompts
 	// bytesInFlight is the body bytes of decisions in progress.
 	bytesInFlight atomic.Int64
 	// tieBreak picks one of n equal-cost endpoints (0 ≤ result < n):
@@ -158,6 +168,7 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 	}
 	r.matches.New = func() any { s := make([]index.Match, 0, 64); return &s }
 	r.ids.New = func() any { s := []int(nil); return &s }
+	r.texts.New = func() any { s := []byte(nil); return &s }
 	return r, nil
 }
 
@@ -409,7 +420,16 @@ func (r *Router) tokens(p *pool, req *Request, buf []int, rec *recorder) ([]int,
 		if p.Tokenizer == nil || p.Chat == nil {
 			return nil, ReasonNoTokenizer, nil
 		}
-		text, err := p.Chat.RenderChat(req.Body)
+		textBuf := r.texts.Get().(*[]byte)
+		prompt, err := p.Chat.AppendChat((*textBuf)[:0], req.Body)
+		defer func() {
+			// The text is dead once tokenized: the tokenizer keeps no part of it.
+			if cap(prompt) <= maxPooledText {
+				*textBuf = prompt[:0]
+				r.texts.Put(textBuf)
+			}
+		}()
+		text := unsafe.String(unsafe.SliceData(prompt), len(prompt))
 		rec.mark(stepTemplate)
 		if err != nil {
 			// Template errors can quote the messages (raise_exception, an

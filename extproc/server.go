@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -56,6 +57,12 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	m      *Metrics
+	// workers is the gRPC server's stream workers (NewGRPCServer sets
+	// it; 0: none) and open the streams being served: while open ≤ workers
+	// a stream most likely runs on a worker, whose stack is grown, and
+	// decides there instead of handing the decision to a decider.
+	workers int64
+	open    atomic.Int64
 }
 
 // NewServer returns the ext_proc service over router.
@@ -104,6 +111,7 @@ type stream struct {
 	routed   bool // a routing decision was sent
 	decision Decision
 	job      decideJob
+	onWorker bool // probably on a gRPC stream worker (see Server.workers)
 }
 
 type recvResult struct {
@@ -114,7 +122,7 @@ type recvResult struct {
 // Process serves one HTTP request's stream. It never returns before Envoy has
 // the answer it waits for; io.EOF and Canceled from Envoy end it quietly.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	st := &stream{s: s, srv: srv, recv: make(chan recvResult, 1)}
+	st := &stream{s: s, srv: srv}
 	switch s.opts.BodyMode {
 	case "", "buffered":
 		st.configured = modeBuffered
@@ -124,42 +132,16 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st.mode, st.modeSource = st.configured, ModeSourceConfigured
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
+	st.onWorker = s.open.Add(1) <= s.workers
+	defer s.open.Add(-1)
 	defer func() {
 		if st.routed {
 			s.router.End(&st.decision)
 		}
 	}()
 	ctx := srv.Context()
-	go func() {
-		defer s.m.panics.Recover(panicRecv, s.log, func(err error) {
-			select {
-			case st.recv <- recvResult{err: status.Error(codes.Internal, err.Error())}:
-			case <-ctx.Done():
-			}
-		})
-		for {
-			req, err := srv.Recv()
-			select {
-			case st.recv <- recvResult{req, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	for {
-		var r recvResult
-		if st.pending != nil {
-			r, st.pending = *st.pending, nil
-		} else {
-			select {
-			case r = <-st.recv:
-			case <-ctx.Done():
-				return nil
-			}
-		}
+		r := st.next(ctx)
 		if r.err != nil {
 			if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled || ctx.Err() != nil {
 				return nil
@@ -180,6 +162,58 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			st.closed = true
 		}
 	}
+}
+
+// next returns the stream's next message: on the handler's own goroutine
+// until mode inference needs a receive that can time out, and from the
+// receive goroutine that inference starts after that. Receiving directly
+// saves a goroutine and two hand-offs per message (BUFFERED exchanges with
+// protocol_config never start it).
+func (st *stream) next(ctx context.Context) recvResult {
+	switch {
+	case st.pending != nil:
+		r := *st.pending
+		st.pending = nil
+		return r
+	case st.recv != nil:
+		select {
+		case r := <-st.recv:
+			return r
+		case <-ctx.Done():
+			return recvResult{err: ctx.Err()}
+		}
+	}
+	req, err := st.srv.Recv()
+	return recvResult{req, err}
+}
+
+// startRecv starts the goroutine that receives into st.recv until the
+// stream ends; every later message comes through it.
+func (st *stream) startRecv(ctx context.Context) {
+	if st.recv != nil {
+		return
+	}
+	st.recv = make(chan recvResult, 1)
+	s := st.s
+	go func() {
+		defer s.m.panics.Recover(panicRecv, s.log, func(err error) {
+			select {
+			case st.recv <- recvResult{err: status.Error(codes.Internal, err.Error())}:
+			case <-ctx.Done():
+			}
+		})
+		for {
+			req, err := st.srv.Recv()
+			select {
+			case st.recv <- recvResult{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 }
 
 func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) (bool, error) {
@@ -251,6 +285,7 @@ func (m bodyMode) label() string {
 // waiting for the headers answer) from BUFFERED (it waits) when Envoy sent
 // no protocol_config: a body chunk arriving within the window means the former.
 func (st *stream) inferMode(ctx context.Context) bodyMode {
+	st.startRecv(ctx)
 	t := time.NewTimer(st.s.opts.ModeInferenceWindow)
 	defer t.Stop()
 	select {
@@ -322,8 +357,11 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 	}
 	st.decision, st.routed = d, true
 	st.s.router.Begin(&st.decision)
-	st.s.log.Debug("routed", "request_id", st.reqID, "pool", d.Pool, "replica", d.Endpoint.Name,
-		"outcome", d.Outcome, "reason", d.Reason, "prompt_tokens", d.PromptTokens, "matched_tokens", d.MatchedTokens)
+	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
+		// Checked first: the arguments alone cost eight allocations.
+		st.s.log.Debug("routed", "request_id", st.reqID, "pool", d.Pool, "replica", d.Endpoint.Name,
+			"outcome", d.Outcome, "reason", d.Reason, "prompt_tokens", d.PromptTokens, "matched_tokens", d.MatchedTokens)
+	}
 
 	common := &extprocv3.CommonResponse{HeaderMutation: st.mutation(&d), ClearRouteCache: true}
 	meta := destinationMetadata(d.Endpoint.Address)
@@ -358,10 +396,11 @@ type decideJob struct {
 }
 
 // deciders are long-lived goroutines, one per P, that run decisions. A
-// decision (chat template, tokenizer) needs a stack of tens of kB; a stream's
-// goroutine is new for every request and would grow its 8 kB stack by
-// copying it several times, which cost ~10 % of the handler's CPU in
-// BenchmarkGRPCDecisions_2kChat. The pool is shared by every Server in the
+// decision (chat template, tokenizer) needs a stack of tens of kB; a stream
+// beyond the gRPC stream workers (or on a server without them) runs on a
+// goroutine new for every request, which would grow its 8 kB stack by
+// copying it several times (~10 % of the handler's CPU in
+// BenchmarkGRPCDecisions_2kChat before the workers). The pool is shared by every Server in the
 // process and never stops (its goroutines only wait on a channel).
 var deciders struct {
 	once sync.Once
@@ -387,9 +426,13 @@ func (j *decideJob) run() {
 	j.d = j.st.decide(j.body)
 }
 
-// decideOnWarmStack runs decide on an idle decider, or on the stream's own
+// decideOnWarmStack runs decide on the stream's own goroutine when that is
+// probably a gRPC stream worker, else on an idle decider, or on the stream's
 // goroutine when none is idle (a decision never waits for a decider).
 func (st *stream) decideOnWarmStack(body []byte) Decision {
+	if st.onWorker {
+		return st.decide(body) // a worker's stack is warm: no hand-off
+	}
 	deciders.once.Do(startDeciders)
 	j := &st.job
 	if j.done == nil {

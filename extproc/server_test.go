@@ -165,9 +165,9 @@ func TestEmptyPromptRoutesByLoad(t *testing.T) {
 func TestChatRequestRoutesOnRenderedPrompt(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	body := `{"model":"qwen3","messages":[{"role":"system","content":"` + sharedPrefix + `"},{"role":"user","content":"hi"}]}`
-	rendered, _ := lineChat{}.RenderChat([]byte(body))
+	rendered, _ := lineChat{}.AppendChat(nil, []byte(body))
 	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
-	raw, _ := blockhash.AppendKeys(k, nil, k.Root(), wordTokenizer{}.Encode(rendered, false), blockhash.RequestKeys{})
+	raw, _ := blockhash.AppendKeys(k, nil, k.Root(), wordTokenizer{}.Encode(string(rendered), false), blockhash.RequestKeys{})
 	keys := make([]index.BlockKey, len(raw))
 	for i := range raw {
 		keys[i] = index.BlockKey(raw[i])

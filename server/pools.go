@@ -82,11 +82,12 @@ func resolve(baseDir, path string) string {
 // chatRenderer adapts chattemplate to the router's ChatRenderer.
 type chatRenderer struct{ ct *chattemplate.ChatTemplates }
 
-// RenderChat renders an OpenAI chat body as vLLM's chat endpoint does.
-func (c chatRenderer) RenderChat(body []byte) (string, error) {
+// AppendChat appends the prompt vLLM's chat endpoint renders for an OpenAI
+// chat body to dst.
+func (c chatRenderer) AppendChat(dst, body []byte) ([]byte, error) {
 	req, err := chattemplate.ParseChatRequest(body)
 	if err != nil {
-		return "", err
+		return dst, err
 	}
-	return c.ct.RenderRequest(req)
+	return c.ct.AppendRequest(dst, req)
 }

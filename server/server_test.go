@@ -260,7 +260,8 @@ func TestRoutesChatByTheRenderedTemplate(t *testing.T) {
 		t.Fatalf("chat templates: %v (chat %v)", err, pp.chat != nil)
 	}
 	body := `{"model":"qwen","messages":[{"role":"system","content":` + strconv.Quote(prose(12)) + `},{"role":"user","content":"What is cached?"}]}`
-	text, err := pp.chat.RenderChat([]byte(body))
+	rendered, err := pp.chat.AppendChat(nil, []byte(body))
+	text := string(rendered)
 	if err != nil {
 		t.Fatal(err)
 	}

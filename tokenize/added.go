@@ -17,8 +17,12 @@ type addedToken struct {
 // tokenizers library's AddedVocabulary does with its Aho-Corasick automaton
 // (added_vocabulary.rs, v0.22): a byte trie walked from each position.
 type addedMatcher struct {
-	nodes  []trieNode
-	first  [256]bool // bytes a token can start with
+	nodes []trieNode
+	first [256]bool // bytes a token can start with
+	// only is the one byte every token starts with, or -1: split then
+	// jumps between its occurrences with strings.IndexByte (most chat
+	// models' added tokens all start with '<').
+	only   int
 	tokens []addedToken
 	ids    map[string]int
 }
@@ -29,7 +33,7 @@ type trieNode struct {
 }
 
 func newAddedMatcher(tokens []addedToken) *addedMatcher {
-	m := &addedMatcher{nodes: []trieNode{{token: -1}}, ids: make(map[string]int, len(tokens))}
+	m := &addedMatcher{nodes: []trieNode{{token: -1}}, ids: make(map[string]int, len(tokens)), only: -1}
 	for _, t := range tokens {
 		if _, dup := m.ids[t.content]; dup {
 			continue // the first one wins, as in the automaton
@@ -52,6 +56,16 @@ func newAddedMatcher(tokens []addedToken) *addedMatcher {
 		}
 		m.nodes[n].token = int32(len(m.tokens))
 		m.tokens = append(m.tokens, t)
+	}
+	firsts := 0
+	for c, ok := range m.first {
+		if ok {
+			firsts++
+			m.only = c
+		}
+	}
+	if firsts != 1 {
+		m.only = -1
 	}
 	return m
 }
@@ -88,7 +102,13 @@ func (m *addedMatcher) split(s string, fn func(start, end, id int)) {
 	}
 	startOffset := 0 // end of the last emitted part
 	for i := 0; i < len(s); {
-		if !m.first[s[i]] {
+		if m.only >= 0 {
+			j := strings.IndexByte(s[i:], byte(m.only))
+			if j < 0 {
+				break
+			}
+			i += j
+		} else if !m.first[s[i]] {
 			i++
 			continue
 		}

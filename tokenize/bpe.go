@@ -219,12 +219,21 @@ func (b *bpeModel) encodeWord(ids []int, w string, st *scratch) []int {
 		return b.merge(ids, w, st)
 	}
 	h := b.cache.hash(w)
-	if out, ok := b.cache.appendGet(ids, w, h); ok {
+	if st.recent == nil {
+		st.recent = new(recentWords)
+	}
+	recent := st.recent.slot(h)
+	if out, ok := recent.appendGet(ids, b.cache, w); ok {
 		return out
 	}
 	start := len(ids)
+	if out, ok := b.cache.appendGet(ids, w, h); ok {
+		recent.put(b.cache, w, out[start:])
+		return out
+	}
 	ids = b.merge(ids, w, st)
 	b.cache.put(w, h, ids[start:])
+	recent.put(b.cache, w, ids[start:])
 	return ids
 }
 
@@ -457,7 +466,8 @@ type scratch struct {
 	ranks      []int32  // their pairs' ranks (mergeSmall)
 	list       []symbol // mergeHeap's linked list
 	heap       []mergeItem
-	pairs      *pairCache // lazily allocated; see pairCacheFor
+	pairs      *pairCache   // lazily allocated; see pairCacheFor
+	recent     *recentWords // lazily allocated
 }
 
 // pairCacheBits sizes pairCache: 2^12 slots of 8 bytes (32 KiB) stay in the

@@ -1,0 +1,60 @@
+package tokenize
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/kvroute/kvroute/internal/testdata"
+)
+
+// TestRecentWordsAreExact: a recent-word slot answers only for the word and
+// the word cache it was filled from, and keeps nothing that does not fit.
+func TestRecentWordsAreExact(t *testing.T) {
+	if size := unsafe.Sizeof(recentWord{}); size != 48 {
+		t.Errorf("recentWord is %d bytes, want 48", size)
+	}
+	c1, c2 := newWordCache(), newWordCache()
+	var sl recentWord
+	if _, ok := sl.appendGet(nil, c1, "a"); ok {
+		t.Fatal("an empty slot answered")
+	}
+	sl.put(c1, "hello", []int{7, 8})
+	if got, ok := sl.appendGet([]int{1}, c1, "hello"); !ok || !slices.Equal(got, []int{1, 7, 8}) {
+		t.Fatalf("hit = %v, %v", got, ok)
+	}
+	for _, miss := range []struct {
+		c *wordCache
+		w string
+	}{{c2, "hello"}, {c1, "hell"}, {c1, "hellp"}, {c1, "hello "}} {
+		if _, ok := sl.appendGet(nil, miss.c, miss.w); ok {
+			t.Errorf("slot for %q answered %q (cache %d)", "hello", miss.w, miss.c.id)
+		}
+	}
+	sl.put(c1, strings.Repeat("x", recentWordBytes+1), []int{1})
+	sl.put(c1, "many", []int{1, 2, 3, 4, 5})
+	if _, ok := sl.appendGet(nil, c1, "hello"); !ok {
+		t.Error("a word or ids that do not fit replaced the slot")
+	}
+}
+
+// TestEncodeAgreesWithAndWithoutRecentWords: encoding through a scratch
+// whose recent words are filled gives the ids of a fresh tokenizer.
+func TestEncodeAgreesWithAndWithoutRecentWords(t *testing.T) {
+	tok, err := Load(testdata.TokenizerDir(t, "qwen3")) // its own: the test replaces its word cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "The cache holds the words the cache saw; the words repeat, and repeat again: 1234 ünïcödé words."
+	first := tok.Encode(text, false)
+	for range 3 {
+		if again := tok.Encode(text, false); !slices.Equal(again, first) {
+			t.Fatalf("warm encode %v, cold %v", again, first)
+		}
+	}
+	tok.model.cache = newWordCache() // a replaced cache: recent words must not answer for it
+	if again := tok.Encode(text, false); !slices.Equal(again, first) {
+		t.Fatalf("after the cache was replaced %v, want %v", again, first)
+	}
+}
