@@ -748,23 +748,27 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 // the rest of the prompt is new to all of them, and their costs differ only
 // by the noise in their learned prefill rates, so the cheapest-looking one
 // would take every such request (a fleet's shared system prompt makes every
-// new conversation one). The pick is the rendezvous winner for the first
-// block beyond that prefix, as place does for prompts nobody holds: new
-// conversations spread evenly, and one that lost its blocks comes back
-// where it was.
+// new conversation one). The pick is the one with the fewest requests
+// running (this router's in flight plus the engine's foreign running ones:
+// conversations it is serving, whose context its cache must keep), then the
+// rendezvous winner for the first block beyond that prefix, as place does
+// for prompts nobody holds: new conversations spread evenly, and one that
+// lost its blocks comes back where it was.
 func (r *Router) spreadIdle(cands []candidate, costs []float64, matched []int, keys []index.BlockKey, best int) int {
 	m := matched[best]
 	if m >= len(keys) || !r.idle(&cands[best]) {
 		return best
 	}
 	anchor, bound := keys[m], costs[best]*(1+placementIdleTolerance)
-	pick, top := best, rendezvous(anchor, cands[best].ep)
+	running := func(c *candidate) float64 { _, fr := c.state.Foreign(); return float64(c.state.InFlight) + fr }
+	pick, top, load := best, rendezvous(anchor, cands[best].ep), running(&cands[best])
 	for i := range cands {
 		if i == best || matched[i] != m || costs[i] > bound || !r.idle(&cands[i]) {
 			continue
 		}
-		if s := rendezvous(anchor, cands[i].ep); s > top {
-			pick, top = i, s
+		l := running(&cands[i])
+		if s := rendezvous(anchor, cands[i].ep); l < load || (l == load && s > top) {
+			pick, top, load = i, s, l
 		}
 	}
 	return pick
