@@ -448,7 +448,12 @@ func TestReplayBufferTooShortMarksPartial(t *testing.T) {
 	pub.Skip(st[stepDecode]) // seq 1, pushed out of the 2-batch buffer by seq 3
 	pub.Skip(st[stepLoRA])   // seq 2
 	publish(t, pub, st[stepEvict])
-	waitFor(t, "seq 3", func() bool { return h.status("r0").LastSeq == 3 })
+	// seq 3 is applied before the gap's replay ends: wait for both (a
+	// loaded machine showed LastSeq 3 with the replay still under way).
+	waitFor(t, "seq 3 and the gap's replay", func() bool {
+		s := h.status("r0")
+		return s.LastSeq == 3 && s.ReplaysPartial >= 1
+	})
 	s := h.status("r0")
 	if !s.Partial || s.ReplaysPartial != 1 || s.Gaps != 1 {
 		t.Errorf("status %+v, want partial after one short replay", s)
