@@ -48,7 +48,7 @@ func TestKVRouteBeatsRoundRobinOnSharedPrefixes(t *testing.T) {
 			served += n
 		}
 		if r.Requests != 32 || r.Errors != 0 || served != 32 || len(r.TTFT) != 32 {
-			t.Fatalf("%s: %d requests, %d errors, %d served by the engines, %d TTFTs", r.Policy, r.Requests, r.Errors, served, len(r.TTFT))
+			t.Fatalf("%s: %d requests, %d errors (the first: %s), %d served by the engines, %d TTFTs", r.Policy, r.Requests, r.Errors, r.FirstError, served, len(r.TTFT))
 		}
 		// The responses' usage and the engines' /metrics tell the same story.
 		if err := r.CrossCheck(); err != nil {
