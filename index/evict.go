@@ -21,10 +21,9 @@ func (ix *Index) SweepExpired() {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i, sl := 0, s.m.slots; i < len(sl); i++ {
-				if seen := sl[i].seen; seen != 0 && now-seen&^cpuFlag > ix.ttlTicks {
-					k, e := s.m.at(i)
-					s.dropLocked(p, i, k, e)
+			for i := 0; i < s.m.Slots(); i++ {
+				if s.m.Occupied(i) && now-s.m.ValueAt(i).seen&^cpuFlag > ix.ttlTicks {
+					s.dropLocked(p, i)
 					dropped++
 					i-- // slot i now holds the next key of the run
 				}
@@ -45,9 +44,9 @@ func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for i, sl := 0, s.spec.slots; i < len(sl); i++ {
-			if expires := sl[i].seen; expires != 0 && (all || expires < now) {
-				s.spec.deleteAt(i)
+		for i := 0; i < s.spec.Slots(); i++ {
+			if s.spec.Occupied(i) && (all || s.spec.ValueAt(i).seen < now) { // seen: expiry tick
+				s.spec.DeleteAt(i)
 				dropped++
 				i--
 			}
@@ -147,9 +146,9 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i, sl := 0, s.m.slots; i < len(sl); i++ {
-				if seen := sl[i].seen; seen != 0 {
-					oldest = min(oldest, seen&^cpuFlag)
+			for i := 0; i < s.m.Slots(); i++ {
+				if s.m.Occupied(i) {
+					oldest = min(oldest, s.m.ValueAt(i).seen&^cpuFlag)
 				}
 			}
 			s.mu.Unlock()
@@ -163,8 +162,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i, sl := 0, s.m.slots; i < len(sl); i++ {
-				if t := sl[i].seen &^ cpuFlag; t != 0 && t >= oldest {
+			for i := 0; i < s.m.Slots(); i++ {
+				if t := s.m.ValueAt(i).seen &^ cpuFlag; s.m.Occupied(i) && t >= oldest {
 					hist[bucketOf(t)]++
 				}
 			}
@@ -202,10 +201,9 @@ func (ix *Index) evictWhere(pools []*pool, limit int64, pick func(int) bool, buc
 			}
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i, sl := 0, s.m.slots; i < len(sl) && limit > 0; i++ {
-				if t := sl[i].seen &^ cpuFlag; t != 0 && t >= oldest && pick(bucketOf(t)) {
-					k, e := s.m.at(i)
-					s.dropLocked(p, i, k, e)
+			for i := 0; i < s.m.Slots() && limit > 0; i++ {
+				if t := s.m.ValueAt(i).seen &^ cpuFlag; s.m.Occupied(i) && t >= oldest && pick(bucketOf(t)) {
+					s.dropLocked(p, i)
 					dropped++
 					limit--
 					i-- // slot i now holds the next key of the run
