@@ -50,7 +50,8 @@ type shard struct {
 	tiers map[BlockKey]tierSets
 	// spec holds speculative holder sets: routed requests whose blocks the
 	// engine has not yet confirmed. Its entry.seen is the tick after which
-	// the entry no longer counts.
+	// the entry no longer counts. Sparse: every routed request writes its
+	// blocks here and the entries live seconds, so speed beats memory.
 	spec blockTable
 }
 
@@ -71,6 +72,7 @@ func newPool(name string, m *metrics) *pool {
 	p := &pool{name: name, m: m.forPool(name)}
 	for i := range p.shards {
 		p.shards[i].tiers = make(map[BlockKey]tierSets)
+		p.shards[i].spec = rhmap.Sparse[packed]()
 	}
 	return p
 }

@@ -27,8 +27,11 @@ func check[V comparable](t *testing.T, m *Map[V], want map[uint64]V) {
 // runOps applies ops decoded from b to a Map and a plain map and checks they
 // agree after each. Keys come from a small range (space, 0 included) so that
 // puts hit existing keys, deletes find them, and homes collide.
-func runOps(t *testing.T, b []byte, space uint64) {
+func runOps(t *testing.T, b []byte, space uint64, sparse bool) {
 	m := &Map[val]{}
+	if sparse {
+		*m = Sparse[val]()
+	}
 	want := map[uint64]val{}
 	for len(b) >= 3 {
 		op, k := b[0]%5, uint64(binary.LittleEndian.Uint16(b[1:]))%space
@@ -84,7 +87,8 @@ func TestMapAgreesWithPlainMap(t *testing.T) {
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
-		runOps(t, b, space)
+		runOps(t, b, space, false)
+		runOps(t, b, space, true)
 	}
 }
 
@@ -95,7 +99,7 @@ func FuzzMap(f *testing.F) {
 		if len(b) > 3*2000 {
 			b = b[:3*2000]
 		}
-		runOps(t, b, 97)
+		runOps(t, b, 97, len(b)%2 == 1)
 	})
 }
 
@@ -134,7 +138,7 @@ func keysHomedAt(h, n, count int) []uint64 {
 func TestMapCollidingKeysWrapAround(t *testing.T) {
 	const slots = 64
 	for _, h := range []int{0, 30, slots - 3, slots - 1} {
-		m := &Map[val]{slots: make([]slot[val], slots), dist: make([]uint8, slots)}
+		m := &Map[val]{slots: make([]slot[val], slots)}
 		want := map[uint64]val{}
 		for i, k := range append(keysHomedAt(h, slots, 10), keysHomedAt((h+2)%slots, slots, 10)...) {
 			v := val{uint32(i), 1, 2}
@@ -142,7 +146,7 @@ func TestMapCollidingKeysWrapAround(t *testing.T) {
 			want[k] = v
 			check(t, m, want)
 		}
-		if m.Slots() != slots {
+		if m.Slots() != slots+1 {
 			t.Fatalf("table grew to %d slots with 20 entries", m.Slots())
 		}
 		for i, k := range keysHomedAt(h, slots, 10) {
@@ -155,22 +159,14 @@ func TestMapCollidingKeysWrapAround(t *testing.T) {
 	}
 }
 
-// unhash inverts hash: crafted keys with chosen hashes.
-func unhash(h uint64) uint64 {
-	inv := uint64(0xBF58476D1CE4E5B9) // Newton's iteration for the inverse mod 2^64
-	for range 6 {
-		inv *= 2 - 0xBF58476D1CE4E5B9*inv
-	}
-	x := h * inv
-	return x ^ x>>32
-}
-
-// Keys crafted to share one home (hashes 1..n: home 0 at every size) make a
-// run longer than a distance byte counts; the table stays correct, through
-// growth, lookups and deletes, and such keys cost probing time, not memory.
-func TestMapRunsPastTheDistanceByte(t *testing.T) {
-	if hash(unhash(12345)) != 12345 {
-		t.Fatal("unhash does not invert hash")
+// Keys crafted to share one home (hashes 1..n: home 0 at every size) make
+// one long run; the table stays correct through growth, lookups and
+// deletes, and such keys cost probing time, not memory.
+func TestMapLongRunOfCraftedKeys(t *testing.T) {
+	for _, k := range []uint64{0, 1, 12345, 1 << 63, ^uint64(0)} {
+		if unhash(hash(k)) != k || hash(unhash(k)) != k {
+			t.Fatalf("unhash does not invert hash at %x", k)
+		}
 	}
 	m := &Map[val]{}
 	want := map[uint64]val{}
@@ -203,6 +199,41 @@ func TestMapRunsPastTheDistanceByte(t *testing.T) {
 	check(t, m, want)
 }
 
+// A sparse table doubles at 3/4 full and stays correct through growth and
+// shrinking.
+func TestSparseMapGrowsByDoubling(t *testing.T) {
+	m := Sparse[val]()
+	want := map[uint64]val{}
+	rng := rand.New(rand.NewPCG(2, 2))
+	prev := 0
+	for i := range 100_000 {
+		k := rng.Uint64()
+		m.Put(k, val{uint32(i), 0, 1})
+		want[k] = val{uint32(i), 0, 1}
+		if n := len(m.slots); n != prev {
+			if prev > 0 && n != 2*prev {
+				t.Fatalf("grew from %d to %d slots", prev, n)
+			}
+			prev = n
+		}
+		if n := len(m.slots); n > 1000 && (m.Len()*4 > n*3 || m.Len()*8 < n*3-8) {
+			t.Fatalf("%d entries in %d slots", m.Len(), n)
+		}
+	}
+	check(t, &m, want)
+	for k := range want {
+		if len(want) == 1000 {
+			break
+		}
+		m.Delete(k)
+		delete(want, k)
+	}
+	if !m.Shrink() || m.Slots() > 3*len(want) {
+		t.Fatalf("after shrinking: %d entries in %d slots", len(want), m.Slots())
+	}
+	check(t, &m, want)
+}
+
 // Growth keeps every table between the load bounds, and a table emptied by
 // deletes shrinks back.
 func TestMapGrowsInSmallStepsAndShrinks(t *testing.T) {
@@ -214,13 +245,13 @@ func TestMapGrowsInSmallStepsAndShrinks(t *testing.T) {
 		k := rng.Uint64()
 		keys = append(keys, k)
 		m.Put(k, val{1, uint32(i) + 1, 0})
-		if n := m.Slots(); n != prev {
+		if n := len(m.slots); n != prev {
 			if prev > 100 && n > prev*growthNum/growthDen+1 {
 				t.Fatalf("grew from %d to %d slots", prev, n)
 			}
 			prev = n
 		}
-		if n := m.Slots(); n > 1000 && float64(m.Len()) < 0.76*float64(n) {
+		if n := len(m.slots); n > 1000 && float64(m.Len()) < 0.76*float64(n) {
 			t.Fatalf("%d entries in %d slots", m.Len(), n)
 		}
 	}
@@ -235,7 +266,7 @@ func TestMapGrowsInSmallStepsAndShrinks(t *testing.T) {
 	if !m.Shrink() {
 		t.Fatal("a table a twentieth full did not shrink")
 	}
-	if n := m.Slots(); n > 2*m.Len() {
+	if n := len(m.slots); n > 2*m.Len() {
 		t.Fatalf("after shrink: %d entries in %d slots", m.Len(), n)
 	}
 	for i, k := range keys[190_000:] {
