@@ -53,6 +53,28 @@ type shard struct {
 	// the entry no longer counts. Sparse: every routed request writes its
 	// blocks here and the entries live seconds, so speed beats memory.
 	spec blockTable
+	// mHint and specHint publish where m's and spec's slots are, so that a
+	// writer can start fetching the next keys' slots before it locks their
+	// shards (prefetchAhead).
+	mHint, specHint rhmap.Hint
+}
+
+// prefetchAhead is how many keys ahead of the one it writes a Store,
+// Remove or StoreSpeculative asks for its slot to be fetched: the writes
+// then wait on several cache misses at once instead of one after another.
+const prefetchAhead = 4
+
+// prefetchBlocks starts fetching the home slots of keys[i+prefetchAhead]
+// in the block table (and, with spec, the speculative table).
+func (p *pool) prefetchBlocks(keys []BlockKey, i int, spec bool) {
+	if j := i + prefetchAhead; j < len(keys) {
+		s := p.shardOf(keys[j])
+		if spec {
+			s.specHint.Prefetch(uint64(keys[j]))
+		} else {
+			s.mHint.Prefetch(uint64(keys[j]))
+		}
+	}
 }
 
 type pool struct {
@@ -73,6 +95,8 @@ func newPool(name string, m *metrics) *pool {
 	for i := range p.shards {
 		p.shards[i].tiers = make(map[BlockKey]tierSets)
 		p.shards[i].spec = rhmap.Sparse[packed]()
+		p.shards[i].m.SetHint(&p.shards[i].mHint)
+		p.shards[i].spec.SetHint(&p.shards[i].specHint)
 	}
 	return p
 }
@@ -118,7 +142,11 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 	// entries this writer adds before publishing them and looking again
 	// (writeBudget).
 	budget := ix.writeBudget()
-	for _, k := range keys {
+	for i := range min(prefetchAhead, len(keys)) {
+		p.prefetchBlocks(keys, i-prefetchAhead, false)
+	}
+	for i, k := range keys {
+		p.prefetchBlocks(keys, i, false)
 		if added >= budget {
 			ix.commitStore(p, rs, &added, &newBlocks)
 			budget = ix.writeBudget()
@@ -189,7 +217,11 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	}
 	bit := uint64(1) << r.ID
 	var dropped, specDropped, lostBlocks int64
-	for _, k := range keys {
+	for i := range min(prefetchAhead, len(keys)) {
+		p.prefetchBlocks(keys, i-prefetchAhead, false)
+	}
+	for i, k := range keys {
+		p.prefetchBlocks(keys, i, false)
 		s := p.shardOf(k)
 		s.mu.Lock()
 		if tier == TierGPU && s.spec.Len() > 0 {
@@ -342,7 +374,11 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	expires := ix.nowTick() + ix.specTicks
 	var added int64
 	budget := ix.writeBudget()
-	for _, k := range keys {
+	for i := range min(prefetchAhead, len(keys)) {
+		p.prefetchBlocks(keys, i-prefetchAhead, true)
+	}
+	for i, k := range keys {
+		p.prefetchBlocks(keys, i, true)
 		if added >= budget {
 			p.specs.Add(added)
 			ix.entries.Add(added)

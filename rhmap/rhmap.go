@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Table sizing: the most entries per slot before the table grows, and the
@@ -52,6 +54,7 @@ type Map[V comparable] struct {
 	hasZero bool
 	zero    V // the value of key 0, when hasZero
 	sparse  bool
+	hint    *Hint // where to publish the slots, or nil
 }
 
 type slot[V comparable] struct {
@@ -117,6 +120,47 @@ func (m *Map[V]) sizeFor(n int) int {
 		return max(minSlots, n*sparseGrowth*sparseMaxLoadDen/sparseMaxLoadNum+1)
 	}
 	return max(minSlots, n*growthNum*maxLoadDen/(growthDen*maxLoadNum)+1)
+}
+
+// Hint publishes where a Map's slots are, so that a goroutine that does not
+// hold the Map's lock can ask the CPU to start fetching a key's home slot
+// before it takes the lock (Prefetch): a writer of keys spread over a large
+// index waits for one cache miss per key, and the lock's atomic instructions
+// keep those misses from overlapping. Its fields are atomic, so reading
+// them races with nothing; a stale or mixed reading only fetches a useless
+// line (a prefetch never faults).
+type Hint struct {
+	base     atomic.Uintptr
+	slots    atomic.Int64
+	slotSize atomic.Int64
+}
+
+// SetHint makes m publish its slots to h now and whenever it reallocates
+// them.
+func (m *Map[V]) SetHint(h *Hint) {
+	m.hint = h
+	m.publish()
+}
+
+func (m *Map[V]) publish() {
+	if m.hint == nil {
+		return
+	}
+	if len(m.slots) == 0 {
+		m.hint.slots.Store(0)
+		return
+	}
+	m.hint.base.Store(uintptr(unsafe.Pointer(&m.slots[0])))
+	m.hint.slotSize.Store(int64(unsafe.Sizeof(m.slots[0])))
+	m.hint.slots.Store(int64(len(m.slots)))
+}
+
+// Prefetch starts loading key k's home slot into the CPU cache (a no-op
+// without amd64 assembly).
+func (h *Hint) Prefetch(k uint64) {
+	if n := h.slots.Load(); n > 0 {
+		prefetch(h.base.Load() + uintptr(home(hash(k), int(n)))*uintptr(h.slotSize.Load()))
+	}
 }
 
 // Len is the number of entries held.
@@ -347,6 +391,7 @@ func (m *Map[V]) Shrink() bool {
 func (m *Map[V]) resize(slots int) {
 	old := m.slots
 	m.slots, m.n = make([]slot[V], slots), 0
+	defer m.publish()
 	start := 0
 	for start < len(old) && old[start].h0|old[start].h1 != 0 {
 		start++

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // val is a value of the index's shape: three 32-bit words, 20-byte slots.
@@ -276,5 +277,31 @@ func TestMapGrowsInSmallStepsAndShrinks(t *testing.T) {
 	}
 	if err := m.Check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Hint follows its Map through growth and shrinking, and prefetching
+// through it, or at any address at all, never faults (run with and without
+// -tags purego: the assembly and the fallback).
+func TestHintFollowsTheSlots(t *testing.T) {
+	var h Hint
+	m := &Map[val]{}
+	m.SetHint(&h)
+	h.Prefetch(1) // empty: nothing to fetch
+	for k := uint64(1); k <= 10_000; k++ {
+		m.Put(k, val{1, 2, 3})
+		h.Prefetch(k)
+		if got, want := h.base.Load(), uintptr(unsafe.Pointer(&m.slots[0])); got != want || h.slots.Load() != int64(len(m.slots)) {
+			t.Fatalf("after %d puts the hint says %x/%d, the slots are at %x/%d", k, got, h.slots.Load(), want, len(m.slots))
+		}
+	}
+	for k := uint64(1); k <= 9_900; k++ {
+		m.Delete(k)
+	}
+	if !m.Shrink() || h.slots.Load() != int64(len(m.slots)) {
+		t.Fatalf("after shrinking the hint says %d slots, the table has %d", h.slots.Load(), len(m.slots))
+	}
+	for _, addr := range []uintptr{0, 1, ^uintptr(0), h.base.Load() + 1<<40} {
+		prefetch(addr)
 	}
 }
