@@ -21,8 +21,8 @@ func (ix *Index) SweepExpired() {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := 0; i < s.m.Slots(); i++ {
-				if s.m.Occupied(i) && now-s.m.ValueAt(i).seen&^cpuFlag > ix.ttlTicks {
+			for i := s.m.Next(0); i < s.m.Slots(); i = s.m.Next(i + 1) {
+				if now-s.m.ValueAt(i).seen&^cpuFlag > ix.ttlTicks {
 					s.dropLocked(p, i)
 					dropped++
 					i-- // slot i now holds the next key of the run
@@ -44,8 +44,8 @@ func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for i := 0; i < s.spec.Slots(); i++ {
-			if s.spec.Occupied(i) && (all || s.spec.ValueAt(i).seen < now) { // seen: expiry tick
+		for i := s.spec.Next(0); i < s.spec.Slots(); i = s.spec.Next(i + 1) {
+			if all || s.spec.ValueAt(i).seen < now { // seen: expiry tick
 				s.spec.DeleteAt(i)
 				dropped++
 				i--
@@ -146,10 +146,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := 0; i < s.m.Slots(); i++ {
-				if s.m.Occupied(i) {
-					oldest = min(oldest, s.m.ValueAt(i).seen&^cpuFlag)
-				}
+			for i := s.m.Next(0); i < s.m.Slots(); i = s.m.Next(i + 1) {
+				oldest = min(oldest, s.m.ValueAt(i).seen&^cpuFlag)
 			}
 			s.mu.Unlock()
 		}
@@ -162,8 +160,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := 0; i < s.m.Slots(); i++ {
-				if t := s.m.ValueAt(i).seen &^ cpuFlag; s.m.Occupied(i) && t >= oldest {
+			for i := s.m.Next(0); i < s.m.Slots(); i = s.m.Next(i + 1) {
+				if t := s.m.ValueAt(i).seen &^ cpuFlag; t >= oldest {
 					hist[bucketOf(t)]++
 				}
 			}
@@ -201,8 +199,8 @@ func (ix *Index) evictWhere(pools []*pool, limit int64, pick func(int) bool, buc
 			}
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := 0; i < s.m.Slots() && limit > 0; i++ {
-				if t := s.m.ValueAt(i).seen &^ cpuFlag; s.m.Occupied(i) && t >= oldest && pick(bucketOf(t)) {
+			for i := s.m.Next(0); i < s.m.Slots() && limit > 0; i = s.m.Next(i + 1) {
+				if t := s.m.ValueAt(i).seen &^ cpuFlag; t >= oldest && pick(bucketOf(t)) {
 					s.dropLocked(p, i)
 					dropped++
 					limit--

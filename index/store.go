@@ -303,10 +303,7 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for i := 0; i < s.m.Slots(); i++ {
-			if !s.m.Occupied(i) {
-				continue
-			}
+		for i := s.m.Next(0); i < s.m.Slots(); i = s.m.Next(i + 1) {
 			k, e := BlockKey(s.m.KeyAt(i)), s.m.ValueAt(i).entry()
 			if e.held&bit == 0 {
 				continue
@@ -332,10 +329,7 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 				*s.m.ValueAt(i) = pack(e)
 			}
 		}
-		for i := 0; i < s.spec.Slots(); i++ {
-			if !s.spec.Occupied(i) {
-				continue
-			}
+		for i := s.spec.Next(0); i < s.spec.Slots(); i = s.spec.Next(i + 1) {
 			if se := s.spec.ValueAt(i).entry(); se.held&bit != 0 {
 				se.held &^= bit
 				if se.held == 0 {

@@ -182,6 +182,25 @@ func (m *Map[V]) Occupied(i int) bool {
 	return m.slots[i].h0|m.slots[i].h1 != 0
 }
 
+// Next is the first occupied slot at or after slot i, or Slots() when there
+// is none: a walk over the entries is
+//
+//	for i := m.Next(0); i < m.Slots(); i = m.Next(i + 1)
+//
+// and one that deletes slot i as it goes steps back (i--) to look at slot i
+// again (DeleteAt).
+func (m *Map[V]) Next(i int) int {
+	for ; i < len(m.slots); i++ {
+		if m.slots[i].h0|m.slots[i].h1 != 0 {
+			return i
+		}
+	}
+	if i == len(m.slots) && m.hasZero {
+		return i
+	}
+	return len(m.slots) + 1
+}
+
 // KeyAt is the key in slot i, which must be occupied.
 func (m *Map[V]) KeyAt(i int) uint64 {
 	if i == len(m.slots) {
