@@ -65,9 +65,14 @@ type shard struct {
 const prefetchAhead = 4
 
 // prefetchBlocks starts fetching the home slots of keys[i+prefetchAhead]
-// in the block table (and, with spec, the speculative table).
+// in the block table or, with spec, the speculative table; i = -1 starts
+// the first prefetchAhead keys.
 func (p *pool) prefetchBlocks(keys []BlockKey, i int, spec bool) {
-	if j := i + prefetchAhead; j < len(keys) {
+	from := i + prefetchAhead
+	if i < 0 {
+		from = 0
+	}
+	for j := from; j <= i+prefetchAhead && j < len(keys); j++ {
 		s := p.shardOf(keys[j])
 		if spec {
 			s.specHint.Prefetch(uint64(keys[j]))
@@ -142,9 +147,7 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 	// entries this writer adds before publishing them and looking again
 	// (writeBudget).
 	budget := ix.writeBudget()
-	for i := range min(prefetchAhead, len(keys)) {
-		p.prefetchBlocks(keys, i-prefetchAhead, false)
-	}
+	p.prefetchBlocks(keys, -1, false)
 	for i, k := range keys {
 		p.prefetchBlocks(keys, i, false)
 		if added >= budget {
@@ -217,9 +220,7 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	}
 	bit := uint64(1) << r.ID
 	var dropped, specDropped, lostBlocks int64
-	for i := range min(prefetchAhead, len(keys)) {
-		p.prefetchBlocks(keys, i-prefetchAhead, false)
-	}
+	p.prefetchBlocks(keys, -1, false)
 	for i, k := range keys {
 		p.prefetchBlocks(keys, i, false)
 		s := p.shardOf(k)
@@ -368,9 +369,7 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	expires := ix.nowTick() + ix.specTicks
 	var added int64
 	budget := ix.writeBudget()
-	for i := range min(prefetchAhead, len(keys)) {
-		p.prefetchBlocks(keys, i-prefetchAhead, true)
-	}
+	p.prefetchBlocks(keys, -1, true)
 	for i, k := range keys {
 		p.prefetchBlocks(keys, i, true)
 		if added >= budget {
