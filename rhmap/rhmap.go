@@ -190,15 +190,16 @@ func (m *Map[V]) Occupied(i int) bool {
 // and one that deletes slot i as it goes steps back (i--) to look at slot i
 // again (DeleteAt).
 func (m *Map[V]) Next(i int) int {
-	for ; i < len(m.slots); i++ {
-		if m.slots[i].h0|m.slots[i].h1 != 0 {
+	sl := m.slots
+	for ; i < len(sl); i++ {
+		if s := &sl[i]; s.h0 != 0 || s.h1 != 0 { // one read for most slots
 			return i
 		}
 	}
-	if i == len(m.slots) && m.hasZero {
+	if i == len(sl) && m.hasZero {
 		return i
 	}
-	return len(m.slots) + 1
+	return len(sl) + 1
 }
 
 // KeyAt is the key in slot i, which must be occupied.
