@@ -34,6 +34,7 @@ func runOps(t *testing.T, b []byte, space uint64, sparse bool) {
 		*m = Sparse[val]()
 	}
 	want := map[uint64]val{}
+	ops := 0
 	for len(b) >= 3 {
 		op, k := b[0]%5, uint64(binary.LittleEndian.Uint16(b[1:]))%space
 		b = b[3:]
@@ -64,8 +65,13 @@ func runOps(t *testing.T, b []byte, space uint64, sparse bool) {
 				t.Fatalf("Get(%x) = %+v, %v; want %+v, %v", k, got, ok, w, wok)
 			}
 		}
-		check(t, m, want)
+		// The whole table after every op while it is small, then after
+		// every 64th (a check costs a lookup per entry).
+		if ops++; m.Len() < 256 || ops%64 == 0 {
+			check(t, m, want)
+		}
 	}
+	check(t, m, want)
 	// Emptying it through DeleteAt, as the sweeps do, leaves nothing behind.
 	for i := 0; i < m.Slots(); i++ {
 		if m.Occupied(i) {
