@@ -156,8 +156,11 @@ func (m *Map[V]) publish() {
 }
 
 // Prefetch starts loading key k's home slot into the CPU cache (a no-op
-// without amd64 assembly).
+// without amd64 assembly, and under the race detector: raceEnabled).
 func (h *Hint) Prefetch(k uint64) {
+	if raceEnabled {
+		return
+	}
 	if n := h.slots.Load(); n > 0 {
 		prefetch(h.base.Load() + uintptr(home(hash(k), int(n)))*uintptr(h.slotSize.Load()))
 	}
