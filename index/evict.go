@@ -21,8 +21,8 @@ func (ix *Index) SweepExpired() {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := s.m.Next(0); i < s.m.Slots(); i = s.m.Next(i + 1) {
-				if now-s.m.ValueAt(i).seen&^cpuFlag > ix.ttlTicks {
+			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+				if now-pe.seen&^cpuFlag > ix.ttlTicks {
 					s.dropLocked(p, i)
 					dropped++
 					i-- // slot i now holds the next key of the run
@@ -44,8 +44,8 @@ func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for i := s.spec.Next(0); i < s.spec.Slots(); i = s.spec.Next(i + 1) {
-			if all || s.spec.ValueAt(i).seen < now { // seen: expiry tick
+		for i, pe := s.spec.Next(0); pe != nil; i, pe = s.spec.Next(i + 1) {
+			if all || pe.seen < now { // seen: expiry tick
 				s.spec.DeleteAt(i)
 				dropped++
 				i--
@@ -146,8 +146,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := s.m.Next(0); i < s.m.Slots(); i = s.m.Next(i + 1) {
-				oldest = min(oldest, s.m.ValueAt(i).seen&^cpuFlag)
+			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+				oldest = min(oldest, pe.seen&^cpuFlag)
 			}
 			s.mu.Unlock()
 		}
@@ -160,8 +160,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := s.m.Next(0); i < s.m.Slots(); i = s.m.Next(i + 1) {
-				if t := s.m.ValueAt(i).seen &^ cpuFlag; t >= oldest {
+			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+				if t := pe.seen &^ cpuFlag; t >= oldest {
 					hist[bucketOf(t)]++
 				}
 			}
@@ -199,8 +199,8 @@ func (ix *Index) evictWhere(pools []*pool, limit int64, pick func(int) bool, buc
 			}
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i := s.m.Next(0); i < s.m.Slots() && limit > 0; i = s.m.Next(i + 1) {
-				if t := s.m.ValueAt(i).seen &^ cpuFlag; t >= oldest && pick(bucketOf(t)) {
+			for i, pe := s.m.Next(0); pe != nil && limit > 0; i, pe = s.m.Next(i + 1) {
+				if t := pe.seen &^ cpuFlag; t >= oldest && pick(bucketOf(t)) {
 					s.dropLocked(p, i)
 					dropped++
 					limit--

@@ -304,8 +304,8 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for i := s.m.Next(0); i < s.m.Slots(); i = s.m.Next(i + 1) {
-			k, e := BlockKey(s.m.KeyAt(i)), s.m.ValueAt(i).entry()
+		for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+			k, e := BlockKey(s.m.KeyAt(i)), pe.entry()
 			if e.held&bit == 0 {
 				continue
 			}
@@ -330,8 +330,8 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 				*s.m.ValueAt(i) = pack(e)
 			}
 		}
-		for i := s.spec.Next(0); i < s.spec.Slots(); i = s.spec.Next(i + 1) {
-			if se := s.spec.ValueAt(i).entry(); se.held&bit != 0 {
+		for i, pe := s.spec.Next(0); pe != nil; i, pe = s.spec.Next(i + 1) {
+			if se := pe.entry(); se.held&bit != 0 {
 				se.held &^= bit
 				if se.held == 0 {
 					s.spec.DeleteAt(i)

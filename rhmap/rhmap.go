@@ -185,24 +185,25 @@ func (m *Map[V]) Occupied(i int) bool {
 	return m.slots[i].h0|m.slots[i].h1 != 0
 }
 
-// Next is the first occupied slot at or after slot i, or Slots() when there
-// is none: a walk over the entries is
+// Next is the first occupied slot at or after slot i and its value, or
+// (Slots(), nil) when there is none: a walk over the entries is
 //
-//	for i := m.Next(0); i < m.Slots(); i = m.Next(i + 1)
+//	for i, v := m.Next(0); v != nil; i, v = m.Next(i + 1)
 //
 // and one that deletes slot i as it goes steps back (i--) to look at slot i
-// again (DeleteAt).
-func (m *Map[V]) Next(i int) int {
+// again (DeleteAt). The pointer is good until the next Put, Upsert, Delete,
+// DeleteAt or Shrink.
+func (m *Map[V]) Next(i int) (int, *V) {
 	sl := m.slots
 	for ; i < len(sl); i++ {
 		if s := &sl[i]; s.h0 != 0 || s.h1 != 0 { // one read for most slots
-			return i
+			return i, &s.v
 		}
 	}
 	if i == len(sl) && m.hasZero {
-		return i
+		return i, &m.zero
 	}
-	return len(sl) + 1
+	return len(sl) + 1, nil
 }
 
 // KeyAt is the key in slot i, which must be occupied.
