@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // BenchmarkLookupRoute_256Blocks_64Replicas looks up a 256-block prompt in a
@@ -114,4 +115,27 @@ func BenchmarkStoreBlocks_SteadyState(b *testing.B) {
 		pos = (pos + 16) % resident
 	}
 	b.ReportMetric(float64(b.N*16)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkStoreSpeculative_128Blocks is the index's part of a routing
+// decision for a 2k-token chat request: StoreSpeculative of its 128 block
+// keys, of which the first 96 (a shared system prompt) were stored by the
+// previous requests too and the last 32 are new. Nothing sweeps, as in the
+// extproc decision benchmarks, so the speculative tables grow through the
+// run: compare runs of one fixed count (-benchtime Nx).
+func BenchmarkStoreSpeculative_128Blocks(b *testing.B) {
+	f := newFixture(b, 8, Options{MaxEntries: 1 << 30, SpeculativeTTL: time.Hour})
+	rng := rand.New(rand.NewPCG(9, 10))
+	keys := make([]BlockKey, 128)
+	for i := range keys {
+		keys[i] = BlockKey(rng.Uint64())
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		for j := 96; j < len(keys); j++ {
+			keys[j] = BlockKey(rng.Uint64())
+		}
+		f.ix.StoreSpeculative(f.r[i%8], keys)
+	}
 }

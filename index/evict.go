@@ -21,10 +21,9 @@ func (ix *Index) SweepExpired() {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i, sl := 0, s.m.slots; i < len(sl); i++ {
-				if seen := sl[i].seen; seen != 0 && now-seen&^cpuFlag > ix.ttlTicks {
-					k, e := s.m.at(i)
-					s.dropLocked(p, i, k, e)
+			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+				if now-pe.seen&^cpuFlag > ix.ttlTicks {
+					s.dropLocked(p, i)
 					dropped++
 					i-- // slot i now holds the next key of the run
 				}
@@ -45,9 +44,9 @@ func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for i, sl := 0, s.spec.slots; i < len(sl); i++ {
-			if expires := sl[i].seen; expires != 0 && (all || expires < now) {
-				s.spec.deleteAt(i)
+		for i, pe := s.spec.Next(0); pe != nil; i, pe = s.spec.Next(i + 1) {
+			if all || pe.seen < now { // seen: expiry tick
+				s.spec.DeleteAt(i)
 				dropped++
 				i--
 			}
@@ -147,10 +146,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i, sl := 0, s.m.slots; i < len(sl); i++ {
-				if seen := sl[i].seen; seen != 0 {
-					oldest = min(oldest, seen&^cpuFlag)
-				}
+			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+				oldest = min(oldest, pe.seen&^cpuFlag)
 			}
 			s.mu.Unlock()
 		}
@@ -163,8 +160,8 @@ func (ix *Index) enforceCap(limit int64) {
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i, sl := 0, s.m.slots; i < len(sl); i++ {
-				if t := sl[i].seen &^ cpuFlag; t != 0 && t >= oldest {
+			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+				if t := pe.seen &^ cpuFlag; t >= oldest {
 					hist[bucketOf(t)]++
 				}
 			}
@@ -202,10 +199,9 @@ func (ix *Index) evictWhere(pools []*pool, limit int64, pick func(int) bool, buc
 			}
 			s := &p.shards[i]
 			s.mu.Lock()
-			for i, sl := 0, s.m.slots; i < len(sl) && limit > 0; i++ {
-				if t := sl[i].seen &^ cpuFlag; t != 0 && t >= oldest && pick(bucketOf(t)) {
-					k, e := s.m.at(i)
-					s.dropLocked(p, i, k, e)
+			for i, pe := s.m.Next(0); pe != nil && limit > 0; i, pe = s.m.Next(i + 1) {
+				if t := pe.seen &^ cpuFlag; t >= oldest && pick(bucketOf(t)) {
+					s.dropLocked(p, i)
 					dropped++
 					limit--
 					i-- // slot i now holds the next key of the run

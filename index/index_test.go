@@ -305,7 +305,7 @@ func TestSpeculativeEntriesCountUntilTheyExpire(t *testing.T) {
 	equalRuns(t, f.ix.LookupRoute(f.pool, keys(0, 6), nil), map[ReplicaID]int{a.ID: 2, b.ID: 3})
 	f.ix.SweepExpired()
 	for i := range f.ix.pool(f.pool).shards {
-		if n := f.ix.pool(f.pool).shards[i].spec.len(); n != 0 {
+		if n := f.ix.pool(f.pool).shards[i].spec.Len(); n != 0 {
 			t.Fatalf("shard %d keeps %d expired speculative entries", i, n)
 		}
 	}
@@ -417,27 +417,8 @@ func TestConcurrentLookupsWhileIngestWrites(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	wg.Wait()
-	// Counters agree with the maps after the storm.
-	p := f.ix.pool(f.pool)
-	var n int64
-	perReplica := map[ReplicaID]int64{}
-	var specs int64
-	for i := range p.shards {
-		n += int64(p.shards[i].m.len())
-		specs += int64(p.shards[i].spec.len())
-		for j := range p.shards[i].m.slotCount() {
-			_, e := p.shards[i].m.at(j)
-			forEachBit(e.held, func(id ReplicaID) { perReplica[id]++ })
-		}
-	}
-	if n != f.ix.Entries(f.pool) || n+specs != f.ix.TotalEntries() {
-		t.Fatalf("entry counter %d/%d, maps hold %d + %d speculative", f.ix.Entries(f.pool), f.ix.TotalEntries(), n, specs)
-	}
-	for _, st := range f.ix.Replicas(f.pool) {
-		if st.Blocks != perReplica[st.ID] {
-			t.Fatalf("replica %s: counter %d, maps hold %d", st.Name, st.Blocks, perReplica[st.ID])
-		}
-	}
+	// Counters agree with the tables after the storm.
+	checkTables(t, f.ix, f.pool)
 }
 
 func TestMetricsAreRegistered(t *testing.T) {

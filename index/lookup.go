@@ -82,16 +82,17 @@ func (ix *Index) LookupRoute(pool PoolID, keys []BlockKey, dst []Match) []Match 
 func (p *pool) holders(k BlockKey, now, ttl uint32) (held, cpuOnly uint64) {
 	s := p.shardOf(k)
 	s.mu.Lock()
-	e, ok := s.m.get(k)
-	if ok && now-e.tick() <= ttl {
+	pe, ok := s.m.Get(uint64(k))
+	if e := pe.entry(); ok && now-e.tick() <= ttl {
 		held = e.held
 		if e.seen&cpuFlag != 0 {
 			ts := s.tiers[k]
 			cpuOnly = ts.cpu &^ ts.gpu
 		}
 	}
-	if s.spec.len() > 0 {
-		if se, ok := s.spec.get(k); ok && se.seen >= now { // se.seen: expiry tick
+	if s.spec.Len() > 0 {
+		if pe, ok := s.spec.Get(uint64(k)); ok && pe.seen >= now { // seen: expiry tick
+			se := pe.entry()
 			held |= se.held
 			cpuOnly &^= se.held
 		}

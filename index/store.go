@@ -3,6 +3,8 @@ package index
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/kvroute/kvroute/rhmap"
 )
 
 // numShards splits each pool's map so writers and readers rarely meet.
@@ -12,15 +14,26 @@ const numShards = 64
 // its per-tier sets then live in shard.tiers.
 const cpuFlag = 1 << 31
 
-// entry is one block's record; with its key it fills a 20-byte table slot,
-// the whole per-block cost besides the table's free slots. Its replica set
-// covers every tier.
+// entry is one block's record. Its replica set covers every tier.
 type entry struct {
 	held uint64 // replicas holding the block in any tier
 	seen uint32 // tick of the last Store; cpuFlag when tiers has the block
 }
 
 func (e entry) tick() uint32 { return e.seen &^ cpuFlag }
+
+// packed is an entry as a table stores it: three 32-bit words, so that with
+// its key it fills a 20-byte slot (a struct with a uint64 would be padded to
+// 24), the whole per-block cost besides the table's free slots and distance
+// bytes.
+type packed struct{ h0, h1, seen uint32 }
+
+func pack(e entry) packed { return packed{uint32(e.held), uint32(e.held >> 32), e.seen} }
+
+func (p packed) entry() entry { return entry{held: uint64(p.h0) | uint64(p.h1)<<32, seen: p.seen} }
+
+// blockTable maps a shard's block keys to their entries.
+type blockTable = rhmap.Map[packed]
 
 // tierSets splits a block's holders by tier, kept only for the (rare) blocks
 // with a CPU-tier holder.
@@ -37,8 +50,36 @@ type shard struct {
 	tiers map[BlockKey]tierSets
 	// spec holds speculative holder sets: routed requests whose blocks the
 	// engine has not yet confirmed. Its entry.seen is the tick after which
-	// the entry no longer counts.
+	// the entry no longer counts. Sparse: every routed request writes its
+	// blocks here and the entries live seconds, so speed beats memory.
 	spec blockTable
+	// mHint and specHint publish where m's and spec's slots are, so that a
+	// writer can start fetching the next keys' slots before it locks their
+	// shards (prefetchAhead).
+	mHint, specHint rhmap.Hint
+}
+
+// prefetchAhead is how many keys ahead of the one it writes a Store,
+// Remove or StoreSpeculative asks for its slot to be fetched: the writes
+// then wait on several cache misses at once instead of one after another.
+const prefetchAhead = 4
+
+// prefetchBlocks starts fetching the home slots of keys[i+prefetchAhead]
+// in the block table or, with spec, the speculative table; i = -1 starts
+// the first prefetchAhead keys.
+func (p *pool) prefetchBlocks(keys []BlockKey, i int, spec bool) {
+	from := i + prefetchAhead
+	if i < 0 {
+		from = 0
+	}
+	for j := from; j <= i+prefetchAhead && j < len(keys); j++ {
+		s := p.shardOf(keys[j])
+		if spec {
+			s.specHint.Prefetch(uint64(keys[j]))
+		} else {
+			s.mHint.Prefetch(uint64(keys[j]))
+		}
+	}
 }
 
 type pool struct {
@@ -58,6 +99,9 @@ func newPool(name string, m *metrics) *pool {
 	p := &pool{name: name, m: m.forPool(name)}
 	for i := range p.shards {
 		p.shards[i].tiers = make(map[BlockKey]tierSets)
+		p.shards[i].spec = rhmap.Sparse[packed]()
+		p.shards[i].m.SetHint(&p.shards[i].mHint)
+		p.shards[i].spec.SetHint(&p.shards[i].specHint)
 	}
 	return p
 }
@@ -103,26 +147,24 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 	// entries this writer adds before publishing them and looking again
 	// (writeBudget).
 	budget := ix.writeBudget()
-	for _, k := range keys {
+	p.prefetchBlocks(keys, -1, false)
+	for i, k := range keys {
+		p.prefetchBlocks(keys, i, false)
 		if added >= budget {
 			ix.commitStore(p, rs, &added, &newBlocks)
 			budget = ix.writeBudget()
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
-		s.m.reserve()
-		i, ok := s.m.probe(k)
-		var e entry
-		if ok {
-			_, e = s.m.at(i)
-			if now-e.tick() > ix.ttlTicks {
-				// Expired but not yet swept: start afresh.
-				s.dropLocked(p, i, k, e) // counted again below: no net change
-				i, ok = s.m.probe(k)
-				e = entry{}
-			}
-		} else {
+		pe, ok := s.m.Upsert(uint64(k))
+		e := pe.entry()
+		if !ok {
 			added++
+		} else if now-e.tick() > ix.ttlTicks {
+			// Expired but not yet swept: start afresh (the entry stays
+			// counted: no net change).
+			s.forgetLocked(p, k, e)
+			e = entry{}
 		}
 		if e.held&bit == 0 {
 			newBlocks++
@@ -147,11 +189,7 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 		if flagged {
 			e.seen |= cpuFlag
 		}
-		if ok {
-			s.m.set(i, e)
-		} else {
-			s.m.insertAt(i, k, e)
-		}
+		*pe = pack(e)
 		s.mu.Unlock()
 	}
 	total := ix.commitStore(p, rs, &added, &newBlocks)
@@ -182,29 +220,31 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	}
 	bit := uint64(1) << r.ID
 	var dropped, specDropped, lostBlocks int64
-	for _, k := range keys {
+	p.prefetchBlocks(keys, -1, false)
+	for i, k := range keys {
+		p.prefetchBlocks(keys, i, false)
 		s := p.shardOf(k)
 		s.mu.Lock()
-		if tier == TierGPU && s.spec.len() > 0 {
-			if j := s.spec.find(k); j >= 0 {
+		if tier == TierGPU && s.spec.Len() > 0 {
+			if j := s.spec.Find(uint64(k)); j >= 0 {
 				// The engine evicted what the router expected it to keep:
 				// the speculation is over for this block.
-				if _, se := s.spec.at(j); se.held&bit != 0 {
+				if se := s.spec.ValueAt(j).entry(); se.held&bit != 0 {
 					if se.held &^= bit; se.held == 0 {
-						s.spec.deleteAt(j)
+						s.spec.DeleteAt(j)
 						specDropped++
 					} else {
-						s.spec.set(j, se)
+						*s.spec.ValueAt(j) = pack(se)
 					}
 				}
 			}
 		}
-		i := s.m.find(k)
+		i := s.m.Find(uint64(k))
 		if i < 0 {
 			s.mu.Unlock()
 			continue
 		}
-		_, e := s.m.at(i)
+		e := s.m.ValueAt(i).entry()
 		if e.held&bit == 0 {
 			s.mu.Unlock()
 			continue
@@ -231,12 +271,12 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 			lostBlocks++
 		}
 		if held == 0 {
-			s.m.deleteAt(i)
+			s.m.DeleteAt(i)
 			delete(s.tiers, k)
 			dropped++
 		} else {
 			e.held = held
-			s.m.set(i, e)
+			*s.m.ValueAt(i) = pack(e)
 		}
 		s.mu.Unlock()
 	}
@@ -264,9 +304,9 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for i := 0; i < s.m.slotCount(); i++ {
-			k, e := s.m.at(i)
-			if e.held&bit == 0 { // also an empty slot
+		for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+			k, e := BlockKey(s.m.KeyAt(i)), pe.entry()
+			if e.held&bit == 0 {
 				continue
 			}
 			e.held &^= bit
@@ -282,23 +322,23 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 				}
 			}
 			if e.held == 0 {
-				s.m.deleteAt(i)
+				s.m.DeleteAt(i)
 				delete(s.tiers, k)
 				dropped++
 				i-- // slot i now holds the next key of the run
 			} else {
-				s.m.set(i, e)
+				*s.m.ValueAt(i) = pack(e)
 			}
 		}
-		for i := 0; i < s.spec.slotCount(); i++ {
-			if _, se := s.spec.at(i); se.held&bit != 0 {
+		for i, pe := s.spec.Next(0); pe != nil; i, pe = s.spec.Next(i + 1) {
+			if se := pe.entry(); se.held&bit != 0 {
 				se.held &^= bit
 				if se.held == 0 {
-					s.spec.deleteAt(i)
+					s.spec.DeleteAt(i)
 					specDropped++
 					i--
 				} else {
-					s.spec.set(i, se)
+					*s.spec.ValueAt(i) = pack(se)
 				}
 			}
 		}
@@ -329,7 +369,9 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 	expires := ix.nowTick() + ix.specTicks
 	var added int64
 	budget := ix.writeBudget()
-	for _, k := range keys {
+	p.prefetchBlocks(keys, -1, true)
+	for i, k := range keys {
+		p.prefetchBlocks(keys, i, true)
 		if added >= budget {
 			p.specs.Add(added)
 			ix.entries.Add(added)
@@ -338,12 +380,9 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
-		s.spec.reserve()
-		i, ok := s.spec.probe(k)
-		var se entry // se.seen is the expiry tick
-		if ok {
-			_, se = s.spec.at(i)
-		} else {
+		pe, ok := s.spec.Upsert(uint64(k))
+		se := pe.entry() // se.seen is the expiry tick
+		if !ok {
 			added++
 		}
 		if se.seen < expires-ix.specTicks {
@@ -351,50 +390,48 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 		}
 		se.held |= bit
 		se.seen = expires
-		if ok {
-			s.spec.set(i, se)
-		} else {
-			s.spec.insertAt(i, k, se)
-		}
+		*pe = pack(se)
 		s.mu.Unlock()
 	}
 	p.specs.Add(added)
 	ix.checkCap(ix.entries.Add(added))
 }
 
-// dropLocked deletes the entry in slot i (key k), fixing the counters of its
+// dropLocked deletes the entry in slot i, fixing the counters of its
 // holders. The shard lock is held; pool/index entry counts are the caller's.
-// Slot i then holds the next key of its run (blockTable.deleteAt).
-func (s *shard) dropLocked(p *pool, i int, k BlockKey, e entry) {
+// Slot i then holds the next key of its run (rhmap.Map.DeleteAt).
+func (s *shard) dropLocked(p *pool, i int) {
+	s.forgetLocked(p, BlockKey(s.m.KeyAt(i)), s.m.ValueAt(i).entry())
+	s.m.DeleteAt(i)
+}
+
+// forgetLocked takes block k's entry e off its holders' counters and drops
+// its tier sets, before the entry is deleted or started afresh.
+func (s *shard) forgetLocked(p *pool, k BlockKey, e entry) {
 	forEachBit(e.held, func(id ReplicaID) {
 		if rs := p.replica(id); rs != nil {
 			rs.blocks.Add(-1)
 		}
 	})
-	s.m.deleteAt(i)
 	if e.seen&cpuFlag != 0 {
 		delete(s.tiers, k)
 	}
 }
 
-// shrinkMin is the smallest peak worth rebuilding a map for.
-const shrinkMin = 4096
-
 // shrinkLocked rebuilds the shard's tables when they hold under a quarter of
-// their slots, so memory taken by a burst (or a replica now cleared) goes back
-// to the runtime; the tiers map (a Go map, which never gives back its table)
-// is rebuilt with the block table. The shard lock is held; the copy costs
-// O(slots).
+// their slots (rhmap.Map.Shrink), so memory taken by a burst (or a replica
+// now cleared) goes back to the runtime; the tiers map (a Go map, which never
+// gives back its table) is rebuilt with the block table. The shard lock is
+// held; the copy costs O(slots).
 func (s *shard) shrinkLocked() {
-	if n := s.m.slotCount(); n >= shrinkMin && s.m.len()*4 < n {
-		s.m.shrink()
+	if s.m.Shrink() {
 		t := make(map[BlockKey]tierSets, len(s.tiers))
 		for k, ts := range s.tiers {
 			t[k] = ts
 		}
 		s.tiers = t
 	}
-	s.spec.shrink()
+	s.spec.Shrink()
 }
 
 // Touch refreshes the freshness of the keys r already holds, as a cache hit
@@ -413,10 +450,9 @@ func (ix *Index) Touch(r Replica, keys []BlockKey) {
 	for _, k := range keys {
 		s := p.shardOf(k)
 		s.mu.Lock()
-		if i := s.m.find(k); i >= 0 {
-			if _, e := s.m.at(i); e.held&bit != 0 && now-e.tick() <= ix.ttlTicks {
-				e.seen = now | e.seen&cpuFlag
-				s.m.set(i, e)
+		if i := s.m.Find(uint64(k)); i >= 0 {
+			if pe := s.m.ValueAt(i); pe.entry().held&bit != 0 && now-pe.seen&^cpuFlag <= ix.ttlTicks {
+				pe.seen = now | pe.seen&cpuFlag
 			}
 		}
 		s.mu.Unlock()

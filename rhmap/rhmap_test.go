@@ -1,0 +1,313 @@
+package rhmap
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+)
+
+// val is a value of the index's shape: three 32-bit words, 20-byte slots.
+type val struct{ a, b, c uint32 }
+
+func check[V comparable](t *testing.T, m *Map[V], want map[uint64]V) {
+	t.Helper()
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Len() != len(want) {
+		t.Fatalf("table holds %d entries, want %d", m.Len(), len(want))
+	}
+	for k, v := range want {
+		if got, ok := m.Get(k); !ok || got != v {
+			t.Fatalf("Get(%x) = %+v, %v; want %+v", k, got, ok, v)
+		}
+	}
+}
+
+// runOps applies ops decoded from b to a Map and a plain map and checks they
+// agree after each. Keys come from a small range (space, 0 included) so that
+// puts hit existing keys, deletes find them, and homes collide.
+func runOps(t *testing.T, b []byte, space uint64, sparse bool) {
+	m := &Map[val]{}
+	if sparse {
+		*m = Sparse[val]()
+	}
+	want := map[uint64]val{}
+	ops := 0
+	for len(b) >= 3 {
+		op, k := b[0]%5, uint64(binary.LittleEndian.Uint16(b[1:]))%space
+		b = b[3:]
+		if k%3 == 1 {
+			k |= 1 << 63 // high halves differ too
+		}
+		switch op {
+		case 0: // put
+			v := val{uint32(k), uint32(len(b)), 1}
+			m.Put(k, v)
+			want[k] = v
+		case 1: // upsert: update in place, or add the zero value
+			p, ok := m.Upsert(k)
+			if w, wok := want[k]; ok != wok || *p != w {
+				t.Fatalf("Upsert(%x) = %+v, %v; want %+v, %v", k, *p, ok, w, wok)
+			}
+			p.c += 7
+			want[k] = *p
+		case 2: // delete
+			_, ok := want[k]
+			if got := m.Delete(k); got != ok {
+				t.Fatalf("Delete(%x) = %v, want %v", k, got, ok)
+			}
+			delete(want, k)
+		case 3, 4: // lookup of a key that may be absent
+			got, ok := m.Get(k)
+			if w, wok := want[k]; ok != wok || got != w {
+				t.Fatalf("Get(%x) = %+v, %v; want %+v, %v", k, got, ok, w, wok)
+			}
+		}
+		// The whole table after every op while it is small, then after
+		// every 64th (a check costs a lookup per entry).
+		if ops++; m.Len() < 256 || ops%64 == 0 {
+			check(t, m, want)
+		}
+	}
+	check(t, m, want)
+	// Emptying it through DeleteAt, as the sweeps do, leaves nothing behind.
+	for i := 0; i < m.Slots(); i++ {
+		if m.Occupied(i) {
+			k := m.KeyAt(i)
+			if *m.ValueAt(i) != want[k] {
+				t.Fatalf("slot %d: key %x holds %+v, want %+v", i, k, *m.ValueAt(i), want[k])
+			}
+			delete(want, k)
+			m.DeleteAt(i)
+			i--
+		}
+	}
+	check(t, m, want)
+}
+
+func TestMapAgreesWithPlainMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, space := range []uint64{7, 64, 1000, 1 << 16} {
+		b := make([]byte, 3*4000)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		runOps(t, b, space, false)
+		runOps(t, b, space, true)
+	}
+}
+
+func FuzzMap(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 0, 2, 0, 2, 1, 0, 3, 2, 0})
+	f.Add(make([]byte, 300))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 3*2000 {
+			b = b[:3*2000]
+		}
+		runOps(t, b, 97, len(b)%2 == 1)
+	})
+}
+
+// A uint64 value makes 16-byte slots, the engine hash → key maps' shape.
+func TestMapUint64Values(t *testing.T) {
+	m := &Map[uint64]{}
+	want := map[uint64]uint64{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 20_000 {
+		k := rng.Uint64() % 5000
+		switch i % 3 {
+		case 0, 1:
+			m.Put(k, k*31+uint64(i))
+			want[k] = k*31 + uint64(i)
+		case 2:
+			m.Delete(k)
+			delete(want, k)
+		}
+	}
+	check(t, m, want)
+}
+
+// keysHomedAt returns count keys whose home in a table of n slots is slot h.
+func keysHomedAt(h, n, count int) []uint64 {
+	var out []uint64
+	for k := uint64(1); len(out) < count; k++ {
+		if home(hash(k), n) == h {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Keys sharing one home form one run; deleting from its middle shifts the
+// rest back, and a run that passes the last slot wraps to the first.
+func TestMapCollidingKeysWrapAround(t *testing.T) {
+	const slots = 64
+	for _, h := range []int{0, 30, slots - 3, slots - 1} {
+		m := &Map[val]{slots: make([]slot[val], slots)}
+		want := map[uint64]val{}
+		for i, k := range append(keysHomedAt(h, slots, 10), keysHomedAt((h+2)%slots, slots, 10)...) {
+			v := val{uint32(i), 1, 2}
+			m.Put(k, v)
+			want[k] = v
+			check(t, m, want)
+		}
+		if m.Slots() != slots+1 {
+			t.Fatalf("table grew to %d slots with 20 entries", m.Slots())
+		}
+		for i, k := range keysHomedAt(h, slots, 10) {
+			if i%2 == 0 {
+				m.Delete(k)
+				delete(want, k)
+				check(t, m, want)
+			}
+		}
+	}
+}
+
+// Keys crafted to share one home (hashes 1..n: home 0 at every size) make
+// one long run; the table stays correct through growth, lookups and
+// deletes, and such keys cost probing time, not memory.
+func TestMapLongRunOfCraftedKeys(t *testing.T) {
+	for _, k := range []uint64{0, 1, 12345, 1 << 63, ^uint64(0)} {
+		if unhash(hash(k)) != k || hash(unhash(k)) != k {
+			t.Fatalf("unhash does not invert hash at %x", k)
+		}
+	}
+	m := &Map[val]{}
+	want := map[uint64]val{}
+	for h := uint64(1); h <= 700; h++ {
+		k := unhash(h)
+		m.Put(k, val{uint32(h), 0, 0})
+		want[k] = val{uint32(h), 0, 0}
+		if h%50 == 0 {
+			check(t, m, want)
+		}
+	}
+	// Random keys mixed in sit behind the long run.
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 300 {
+		k := rng.Uint64()
+		m.Put(k, val{1, 2, 3})
+		want[k] = val{1, 2, 3}
+	}
+	check(t, m, want)
+	if m.Slots() > 2*len(want) {
+		t.Fatalf("%d entries in %d slots", len(want), m.Slots())
+	}
+	for h := uint64(1); h <= 700; h += 3 {
+		k := unhash(h)
+		if !m.Delete(k) {
+			t.Fatalf("crafted key %x (hash %d) lost", k, h)
+		}
+		delete(want, k)
+	}
+	check(t, m, want)
+}
+
+// A sparse table doubles at 3/4 full and stays correct through growth and
+// shrinking.
+func TestSparseMapGrowsByDoubling(t *testing.T) {
+	m := Sparse[val]()
+	want := map[uint64]val{}
+	rng := rand.New(rand.NewPCG(2, 2))
+	prev := 0
+	for i := range 100_000 {
+		k := rng.Uint64()
+		m.Put(k, val{uint32(i), 0, 1})
+		want[k] = val{uint32(i), 0, 1}
+		if n := len(m.slots); n != prev {
+			if prev > 0 && n != 2*prev {
+				t.Fatalf("grew from %d to %d slots", prev, n)
+			}
+			prev = n
+		}
+		if n := len(m.slots); n > 1000 && (m.Len()*4 > n*3 || m.Len()*8 < n*3-8) {
+			t.Fatalf("%d entries in %d slots", m.Len(), n)
+		}
+	}
+	check(t, &m, want)
+	for k := range want {
+		if len(want) == 1000 {
+			break
+		}
+		m.Delete(k)
+		delete(want, k)
+	}
+	if !m.Shrink() || m.Slots() > 3*len(want) {
+		t.Fatalf("after shrinking: %d entries in %d slots", len(want), m.Slots())
+	}
+	check(t, &m, want)
+}
+
+// Growth keeps every table between the load bounds, and a table emptied by
+// deletes shrinks back.
+func TestMapGrowsInSmallStepsAndShrinks(t *testing.T) {
+	m := &Map[val]{}
+	rng := rand.New(rand.NewPCG(1, 1))
+	var keys []uint64
+	prev := 0
+	for i := range 200_000 {
+		k := rng.Uint64()
+		keys = append(keys, k)
+		m.Put(k, val{1, uint32(i) + 1, 0})
+		if n := len(m.slots); n != prev {
+			if prev > 100 && n > prev*growthNum/growthDen+1 {
+				t.Fatalf("grew from %d to %d slots", prev, n)
+			}
+			prev = n
+		}
+		if n := len(m.slots); n > 1000 && float64(m.Len()) < 0.76*float64(n) {
+			t.Fatalf("%d entries in %d slots", m.Len(), n)
+		}
+	}
+	if m.Shrink() {
+		t.Fatal("a full table shrank")
+	}
+	for _, k := range keys[:190_000] {
+		if !m.Delete(k) {
+			t.Fatalf("key %x lost", k)
+		}
+	}
+	if !m.Shrink() {
+		t.Fatal("a table a twentieth full did not shrink")
+	}
+	if n := len(m.slots); n > 2*m.Len() {
+		t.Fatalf("after shrink: %d entries in %d slots", m.Len(), n)
+	}
+	for i, k := range keys[190_000:] {
+		if v, ok := m.Get(k); !ok || v.b != uint32(190_000+i+1) {
+			t.Fatalf("key %x after shrink: %+v, %v", k, v, ok)
+		}
+	}
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Hint follows its Map through growth and shrinking, and prefetching
+// through it, or at any address at all, never faults (run with and without
+// -tags purego: the assembly and the fallback).
+func TestHintFollowsTheSlots(t *testing.T) {
+	var h Hint
+	m := &Map[val]{}
+	m.SetHint(&h)
+	h.Prefetch(1) // empty: nothing to fetch
+	for k := uint64(1); k <= 10_000; k++ {
+		m.Put(k, val{1, 2, 3})
+		h.Prefetch(k)
+		if got, want := h.base.Load(), uintptr(unsafe.Pointer(&m.slots[0])); got != want || h.slots.Load() != int64(len(m.slots)) {
+			t.Fatalf("after %d puts the hint says %x/%d, the slots are at %x/%d", k, got, h.slots.Load(), want, len(m.slots))
+		}
+	}
+	for k := uint64(1); k <= 9_900; k++ {
+		m.Delete(k)
+	}
+	if !m.Shrink() || h.slots.Load() != int64(len(m.slots)) {
+		t.Fatalf("after shrinking the hint says %d slots, the table has %d", h.slots.Load(), len(m.slots))
+	}
+	for _, addr := range []uintptr{0, 1, ^uintptr(0), h.base.Load() + 1<<40} {
+		prefetch(addr)
+	}
+}
