@@ -23,13 +23,7 @@ import (
 // 0.5 cuts kvroute's TTFT p90 by at least 10 % (means of three runs), and
 // three kvroutes keep more hits than three approx-prefix gateways.
 func TestThreeGatewaysForeignRunningShare(t *testing.T) {
-	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := routebench.WorkloadParams{Kind: routebench.Eviction, Groups: 36, PrefixWords: 1300, QuestionWords: 24, ZipfS: 1,
-		MaxTokens: 8, Seed: 5, Rate: 20, Requests: 1200}
-	src := benchmarkWorkload(t, tok, w)
+	src := gatewaysWorkload(t)
 	const repeats = 3
 	type figures struct{ hit, p90 float64 }
 	run := func(name, policy, routing string, scrape time.Duration, n int) figures {
@@ -75,13 +69,7 @@ func TestThreeGatewaysForeignRunningShare(t *testing.T) {
 // and logs the figures docs/BENCHMARKS.md quotes. Every run has seed 1:
 // three kvroutes without the mesh gave the same figures for seeds 1–3.
 func TestThreeGatewaysWithPeers(t *testing.T) {
-	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := routebench.WorkloadParams{Kind: routebench.Eviction, Groups: 36, PrefixWords: 1300, QuestionWords: 24, ZipfS: 1,
-		MaxTokens: 8, Seed: 5, Rate: 20, Requests: 1200}
-	src := benchmarkWorkload(t, tok, w)
+	src := gatewaysWorkload(t)
 	type figures struct{ hit, p90 float64 }
 	run := func(name, policy string, peers bool, delay time.Duration) figures {
 		o := benchmarkFleet(200 * time.Millisecond)
@@ -110,4 +98,15 @@ func TestThreeGatewaysWithPeers(t *testing.T) {
 			t.Errorf("with peers %s: %.1f %% hits, without %.1f %%", c.name, 100*c.f.hit, 100*alone.hit)
 		}
 	}
+}
+
+// gatewaysWorkload is the real-socket benchmark's eviction workload at 20
+// req/s (36 Zipf documents, 1,200 requests), as the 3-gateway tests replay it.
+func gatewaysWorkload(t *testing.T) SliceSource {
+	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return benchmarkWorkload(t, tok, routebench.WorkloadParams{Kind: routebench.Eviction, Groups: 36, PrefixWords: 1300,
+		QuestionWords: 24, ZipfS: 1, MaxTokens: 8, Seed: 5, Rate: 20, Requests: 1200})
 }
