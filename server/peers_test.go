@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/internal/testdata"
 )
 
@@ -23,14 +23,13 @@ import (
 // when its stream ends.
 func TestPeersBookEachOthersRoutedRequests(t *testing.T) {
 	reps := []*replica{newReplica(t), newReplica(t)}
+	free, err := loopback.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ports []string
-	for range 2 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, "tcp://"+l.Addr().String())
-		l.Close() // the server binds it next; a clash fails the test loudly
+	for _, p := range free {
+		ports = append(ports, fmt.Sprintf("tcp://127.0.0.1:%d", p)) // the servers bind them next; a clash fails loudly
 	}
 	tokDir := testdata.TokenizerDir(t, "qwen3")
 	var servers []*Server

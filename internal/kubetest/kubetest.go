@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +36,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/internal/testdata"
 )
 
@@ -72,7 +72,10 @@ func Start(t testing.TB) *Cluster {
 		return nil
 	}
 	dir := t.TempDir()
-	ports := freePorts(t, 3)
+	ports, err := loopback.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	start(t, dir, "etcd", etcd,
@@ -160,27 +163,6 @@ func write(t testing.TB, path string, b []byte) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// freePorts returns n distinct free 127.0.0.1 ports.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var out []int
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out
 }
 
 // tail is the end of a log file, for a failure message.

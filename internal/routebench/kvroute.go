@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/server"
 )
 
@@ -54,23 +55,16 @@ type KVRouteConfig struct {
 	Peers       []string
 }
 
-// loopbackPeerEndpoints picks n free loopback ports for the peer mesh of n
-// kvroutes (each config must name all of them before any starts).
+// loopbackPeerEndpoints picks n free loopback endpoints for the peer mesh
+// of n kvroutes (each config must name all of them before any starts).
 func loopbackPeerEndpoints(n int) ([]string, error) {
+	ports, err := loopback.FreePorts(n)
+	if err != nil {
+		return nil, fmt.Errorf("peer mesh: %w", err)
+	}
 	var out []string
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("peer mesh port: %w", err)
-		}
-		lns = append(lns, l)
-		out = append(out, "tcp://"+l.Addr().String())
+	for _, p := range ports {
+		out = append(out, fmt.Sprintf("tcp://127.0.0.1:%d", p))
 	}
 	return out, nil
 }
