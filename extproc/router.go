@@ -195,12 +195,20 @@ func (r *Router) SetOptions(opts RouterOptions) { r.opts.Store(&opts) }
 // every decision that starts afterwards; decisions under way finish with the
 // list they read. Addresses must be ip:port.
 func (r *Router) SetEndpoints(pool string, eps []Endpoint) error {
-	for _, p := range r.pools {
-		if p.Name == pool {
-			return p.setEndpoints(eps)
-		}
+	if p := r.poolNamed(pool); p != nil {
+		return p.setEndpoints(eps)
 	}
 	return fmt.Errorf("router: unknown pool %s", pool)
+}
+
+// poolNamed is the pool called name, nil when there is none.
+func (r *Router) poolNamed(name string) *pool {
+	for _, p := range r.pools {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
 }
 
 func (p *pool) setEndpoints(eps []Endpoint) error {

@@ -69,13 +69,7 @@ var (
 // foreign), and its keys are stored as speculative, as Begin does for this
 // router's own requests. The endpoint must be one of the pool's now.
 func (r *Router) BeginPeer(w SharedWork) (PeerWork, error) {
-	var p *pool
-	for _, pp := range r.pools {
-		if pp.Name == w.Pool {
-			p = pp
-			break
-		}
-	}
+	p := r.poolNamed(w.Pool)
 	if p == nil {
 		return PeerWork{}, ErrUnknownPool
 	}
