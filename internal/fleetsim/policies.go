@@ -69,6 +69,7 @@ func (m *multiPicker) done(now time.Time, id int) {
 }
 
 func (m *multiPicker) events(now time.Time, e int, payload []byte) error {
+	m.advance(now)
 	for _, p := range m.ps {
 		if err := p.events(now, e, payload); err != nil {
 			return err
@@ -249,7 +250,6 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 
 func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
 	k.now = now
-	k.receive(now)
 	// Router.DecideIDs is Decide after the body is parsed: a body of 12k
 	// token ids through encoding/json would be most of the simulation's time.
 	d := k.router.DecideIDs(simModel, tokens)
@@ -278,7 +278,6 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 
 func (k *kvPicker) done(now time.Time, id int) {
 	k.now = now
-	k.receive(now)
 	if d := k.pending[id]; d != nil {
 		k.router.End(d)
 		delete(k.pending, id)
@@ -287,7 +286,6 @@ func (k *kvPicker) done(now time.Time, id int) {
 
 func (k *kvPicker) events(now time.Time, e int, payload []byte) error {
 	k.now = now
-	k.receive(now)
 	return k.appliers[e].Apply(payload)
 }
 
@@ -323,7 +321,8 @@ func (m *multiPicker) advance(now time.Time) {
 
 // simMesh is the peer mesh of kvroute instances in one replay: what one
 // router begins and ends, every other one puts on and takes off its books
-// Options.PeerDelay later (at its next decision after that time).
+// Options.PeerDelay later (multiPicker.advance hands it over at the first
+// event at or after that time).
 type simMesh struct {
 	self    *kvPicker
 	others  []*kvPicker
