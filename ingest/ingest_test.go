@@ -862,7 +862,7 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 	publish(t, engine, st[stepPrompt])
 	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
 
-	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	forger := zmq4.NewPub(t.Context(), QuietZMQ)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)
@@ -1095,7 +1095,7 @@ func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
 	waitSubscribed(t, engine)
 	publish(t, engine, st[stepPrompt])
 	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
-	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	forger := zmq4.NewPub(t.Context(), QuietZMQ)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)

@@ -27,9 +27,9 @@ func TestClosedSocketLeavesNoReaderBehind(t *testing.T) {
 		newSock        func(ctx context.Context) zmq4.Socket
 		bind           bool
 	}{
-		{"connected SUB", "PUB", func(ctx context.Context) zmq4.Socket { return zmq4.NewSub(ctx, quietZMQ) }, false},
-		{"bound SUB", "PUB", func(ctx context.Context) zmq4.Socket { return zmq4.NewSub(ctx, quietZMQ) }, true},
-		{"replay DEALER", "ROUTER", func(ctx context.Context) zmq4.Socket { return zmq4.NewDealer(ctx, quietZMQ) }, false},
+		{"connected SUB", "PUB", func(ctx context.Context) zmq4.Socket { return zmq4.NewSub(ctx, QuietZMQ) }, false},
+		{"bound SUB", "PUB", func(ctx context.Context) zmq4.Socket { return zmq4.NewSub(ctx, QuietZMQ) }, true},
+		{"replay DEALER", "ROUTER", func(ctx context.Context) zmq4.Socket { return zmq4.NewDealer(ctx, QuietZMQ) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := blockedReaders() // a failure of an earlier kind stays blocked

@@ -18,8 +18,9 @@ import (
 	"github.com/go-zeromq/zmq4"
 )
 
-// quietZMQ keeps zmq4's own logger out of kvroute's logs.
-var quietZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
+// QuietZMQ keeps zmq4's own logger out of kvroute's logs: the option every
+// zmq4 socket kvroute makes takes (ingest's and the peer mesh's).
+var QuietZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
 
 // subscribeLoop keeps a SUB socket connected to the rank's PUB endpoint,
 // reconnecting with capped exponential backoff and jitter.
@@ -57,7 +58,7 @@ func (rs *rankState) subscribeLoop(ctx context.Context) {
 func (rs *rankState) subscribeOnce(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sub := zmq4.NewSub(withFrameLimit(sctx, rs.mgr.limits[sockEvents]), quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
+	sub := zmq4.NewSub(withFrameLimit(sctx, rs.mgr.limits[sockEvents]), QuietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, rs.in.Topic); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
@@ -131,7 +132,7 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 	for r := range ranks {
 		ep, err := offsetEndpoint(bind, r)
 		if err == nil {
-			s := zmq4.NewSub(withFrameLimit(ctx, m.limits[sockBind]), quietZMQ)
+			s := zmq4.NewSub(withFrameLimit(ctx, m.limits[sockBind]), QuietZMQ)
 			if err = s.SetOption(zmq4.OptionSubscribe, ""); err == nil {
 				err = s.Listen(CappedEndpoint(ep))
 			}
@@ -257,7 +258,7 @@ func (m *Manager) matchTopic(topic string) []*rankState {
 func (m *Manager) fetchReplay(ctx context.Context, endpoint string, start uint64, fn func(seq uint64, payload []byte)) error {
 	rctx, cancel := context.WithTimeout(ctx, m.tuning.replayTimeout)
 	defer cancel()
-	d := zmq4.NewDealer(withFrameLimit(rctx, m.limits[sockReplay]), quietZMQ, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
+	d := zmq4.NewDealer(withFrameLimit(rctx, m.limits[sockReplay]), QuietZMQ, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
 	defer d.Close()
 	if err := d.Dial(CappedEndpoint(endpoint)); err != nil {
 		return err

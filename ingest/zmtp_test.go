@@ -312,7 +312,7 @@ func TestUnknownTopicsAreNotCached(t *testing.T) {
 	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
 	cfg.Settings.Bind = bind
 	h := start(t, cfg)
-	forger := zmq4.NewPub(t.Context(), quietZMQ)
+	forger := zmq4.NewPub(t.Context(), QuietZMQ)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)

@@ -18,8 +18,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
@@ -108,8 +106,6 @@ type bookedReq struct {
 	at   time.Time
 }
 
-var quietZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
-
 // New binds the PUB socket (so a taken port fails at start) and returns the
 // mesh; Run connects to the peers and serves until its context ends.
 func New(o Options, books Books) (*Mesh, error) {
@@ -125,7 +121,7 @@ func New(o Options, books Books) (*Mesh, error) {
 	m := &Mesh{o: o, books: books, log: o.Logger, met: newMetrics(o.Registerer), now: o.Now,
 		sender: randomSender(), out: make(chan []byte, sendQueue), peers: map[uint64]*peer{}}
 	ctx := ingest.CappedContext(context.Background(), uint64(o.MaxMessageBytes), m.refused("publisher"))
-	m.pub = zmq4.NewPub(ctx, quietZMQ)
+	m.pub = zmq4.NewPub(ctx, ingest.QuietZMQ)
 	if err := m.pub.SetOption(zmq4.OptionHWM, sendQueue); err != nil {
 		m.pub.Close()
 		return nil, fmt.Errorf("mesh: publisher: %w", err)
@@ -242,7 +238,7 @@ func (m *Mesh) subscribe(ctx context.Context, addr string) {
 	var dec message
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithCancel(ingest.CappedContext(ctx, uint64(m.o.MaxMessageBytes), m.refused("subscriber")))
-		sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(2*time.Second))
+		sub := zmq4.NewSub(sctx, ingest.QuietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(2*time.Second))
 		err := sub.SetOption(zmq4.OptionSubscribe, "")
 		if err == nil {
 			err = sub.Dial(ingest.CappedEndpoint(addr))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/ingest"
 )
 
 // books records what a mesh puts on and takes off its router's books.
@@ -211,7 +212,7 @@ func TestRequestWithoutEndExpires(t *testing.T) {
 func TestHostilePublisherIsDropped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	hostile := zmq4.NewPub(ctx, quietZMQ)
+	hostile := zmq4.NewPub(ctx, ingest.QuietZMQ)
 	defer hostile.Close()
 	if err := hostile.Listen("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
