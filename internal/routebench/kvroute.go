@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
@@ -177,26 +178,17 @@ func StartKVRoute(ctx context.Context, c KVRouteConfig, readyTimeout time.Durati
 // summed over pools: why kvroute routed as it did.
 func (k *KVRoute) Decisions() map[string]float64 {
 	out := map[string]float64{}
-	fams, err := k.reg.Gather()
-	if err != nil {
-		return out
-	}
-	for _, f := range fams {
-		if f.GetName() != "kvroute_route_decisions_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var outcome, reason string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "outcome":
-					outcome = l.GetValue()
-				case "reason":
-					reason = l.GetValue()
-				}
+	for _, m := range k.series("kvroute_route_decisions_total") {
+		var outcome, reason string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "outcome":
+				outcome = l.GetValue()
+			case "reason":
+				reason = l.GetValue()
 			}
-			out[outcome+"/"+reason] += m.GetCounter().GetValue()
 		}
+		out[outcome+"/"+reason] += m.GetCounter().GetValue()
 	}
 	return out
 }
@@ -215,26 +207,32 @@ const meshDelaySlow = 0.02
 // MeshDelay reads the peer mesh's delay histogram.
 func (k *KVRoute) MeshDelay() MeshDelay {
 	var d MeshDelay
-	fams, err := k.reg.Gather()
-	if err != nil {
-		return d
-	}
-	for _, f := range fams {
-		if f.GetName() != "kvroute_peer_message_delay_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			h := m.GetHistogram()
-			d.Messages += float64(h.GetSampleCount())
-			d.Seconds += h.GetSampleSum()
-			for _, b := range h.GetBucket() {
-				if b.GetUpperBound() == meshDelaySlow {
-					d.Over20ms += float64(h.GetSampleCount() - b.GetCumulativeCount())
-				}
+	for _, m := range k.series("kvroute_peer_message_delay_seconds") {
+		h := m.GetHistogram()
+		d.Messages += float64(h.GetSampleCount())
+		d.Seconds += h.GetSampleSum()
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == meshDelaySlow {
+				d.Over20ms += float64(h.GetSampleCount() - b.GetCumulativeCount())
 			}
 		}
 	}
 	return d
+}
+
+// series is every series of the metric called name, as gathered now (none
+// when gathering fails).
+func (k *KVRoute) series(name string) []*dto.Metric {
+	fams, err := k.reg.Gather()
+	if err != nil {
+		return nil
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetMetric()
+		}
+	}
+	return nil
 }
 
 // Close stops the gateway and kvroute and waits for both.
