@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/fakeenvoy"
 )
 
 var costOpts = RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1000, DecodeInterference: 0.002,
@@ -282,5 +283,40 @@ func TestForeignRunningShareDrainsSinceTheScrape(t *testing.T) {
 	w := index.ReplicaState{Load: index.Load{Waiting: 1}, MeanPromptTokens: 2000, LoadAt: scrape, At: scrape.Add(time.Second)}
 	if got := r.cost(&candidate{state: w, rate: 10000}, 0); math.Abs(got-0.2) > 1e-9 {
 		t.Errorf("foreign waiting request: cost %g s, want 0.2 s", got)
+	}
+}
+
+// TestNewConversationsSpreadOverTheWholeFleet: every new conversation
+// starts with the fleet's system prompt. A replica that has not been given
+// one yet lacks that prefix, but it costs within 20 % of the holders (the
+// system prompt is short beside the conversation) and it is idle, so it
+// takes the next new conversation: were it excluded it would never get one
+// (in the simulator, 9 of 16 engines stayed empty). Among the replicas that
+// hold the prefix, the one given the fewest requests lately wins.
+func TestNewConversationsSpreadOverTheWholeFleet(t *testing.T) {
+	h := newHarness(t, harnessOptions{strictPlacement: true})
+	conversation := func(i int) fakeenvoy.Request {
+		var b strings.Builder
+		b.WriteString(sharedPrefix)
+		for w := range 200 {
+			fmt.Fprintf(&b, " c%dw%d", i, w)
+		}
+		return completion(b.String())
+	}
+	got := map[string]int{}
+	for i := range len(h.eps) {
+		dest := h.do(modes[0].cfg, conversation(i)).Headers[HeaderDestination]
+		got[dest]++
+	}
+	if len(got) != len(h.eps) {
+		t.Fatalf("%d new conversations went to %d of %d idle replicas: %v", len(h.eps), len(got), len(h.eps), got)
+	}
+	// One more to each of the first two replicas: the third, given the
+	// fewest requests lately, takes the next new conversation.
+	for _, ep := range h.eps[:2] {
+		h.ix.EndWork(ep.Replica, h.ix.BeginWork(ep.Replica, 0, 10000))
+	}
+	if dest := h.do(modes[0].cfg, conversation(len(h.eps))).Headers[HeaderDestination]; dest != h.eps[2].Address {
+		t.Fatalf("new conversation went to %s, want %s (fewest requests lately)", dest, h.eps[2].Address)
 	}
 }

@@ -751,30 +751,32 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	return d
 }
 
-// spreadIdle picks among the idle replicas that hold as much of the prompt
-// as the cheapest one (best) and cost within placementIdleTolerance of it:
-// the rest of the prompt is new to all of them, and their costs differ only
-// by the noise in their learned prefill rates, so the cheapest-looking one
-// would take every such request (a fleet's shared system prompt makes every
-// new conversation one). The pick is the one with the fewest requests
-// running (this router's in flight plus the engine's foreign running ones:
-// conversations it is serving, whose context its cache must keep), then the
-// rendezvous winner for the first block beyond that prefix, as place does
-// for prompts nobody holds: new conversations spread evenly, and one that
-// lost its blocks comes back where it was.
+// spreadIdle picks among the idle replicas whose cost is within
+// placementIdleTolerance of the cheapest one (best): when the cheapest is
+// idle, the part of the prompt it lacks is new to all of them, and their
+// costs differ only by the noise in their learned prefill rates or by a
+// short shared prefix (a fleet's system prompt) one of them lacks, so the
+// cheapest-looking one would take every such request — every new
+// conversation. The pick is the one given the fewest requests lately
+// (ReplicaState.RecentRequests: the conversations it serves, whose context
+// its cache must keep), then the rendezvous winner for the first block
+// beyond the cheapest one's prefix, as place does for prompts nobody holds:
+// new conversations spread evenly over the whole fleet, and one that lost
+// its blocks comes back where it was. A replica that lacks the shared prefix
+// competes too: were it excluded it would never get a request, so never
+// the prefix (in the simulator, 9 of 16 engines stayed empty on one seed).
 func (r *Router) spreadIdle(cands []candidate, costs []float64, matched []int, keys []index.BlockKey, best int) int {
 	m := matched[best]
 	if m >= len(keys) || !r.idle(&cands[best]) {
 		return best
 	}
 	anchor, bound := keys[m], costs[best]*(1+placementIdleTolerance)
-	running := func(c *candidate) float64 { _, fr := c.state.Foreign(); return float64(c.state.InFlight) + fr }
-	pick, top, load := best, rendezvous(anchor, cands[best].ep), running(&cands[best])
+	pick, top, load := best, rendezvous(anchor, cands[best].ep), cands[best].state.RecentRequests()
 	for i := range cands {
-		if i == best || matched[i] != m || costs[i] > bound || !r.idle(&cands[i]) {
+		if i == best || costs[i] > bound || !r.idle(&cands[i]) {
 			continue
 		}
-		l := running(&cands[i])
+		l := cands[i].state.RecentRequests()
 		if s := rendezvous(anchor, cands[i].ep); l < load || (l == load && s > top) {
 			pick, top, load = i, s, l
 		}

@@ -53,6 +53,35 @@ type replicaState struct {
 	rate           float64 // learned prefill tokens/s; 0 until learned
 	meanTokens     float64 // learned uncached prompt tokens per request; 0 until learned
 	work           prefillQueue
+	recent         recentCount // requests begun here, decayed
+}
+
+// RecentRequestsTau is the time constant of ReplicaState.RecentRequests:
+// a request begun this long ago counts 1/e. Of the order of a conversation's
+// pause between turns (Mooncake's median is two minutes), so the count says
+// how many conversations a replica is serving, not how busy it is this
+// instant. Placement in the simulator moved within noise for 30 s–10 min
+// (docs/BENCHMARKS.md).
+const RecentRequestsTau = time.Minute
+
+// recentCount is an exponentially decayed count of events: value as of at.
+type recentCount struct {
+	value float64
+	at    time.Time
+}
+
+// add counts one event at now.
+func (c *recentCount) add(now time.Time) {
+	c.value = c.decayed(now) + 1
+	c.at = now
+}
+
+// decayed is the count as of now (no earlier than at).
+func (c recentCount) decayed(now time.Time) float64 {
+	if c.value == 0 || !now.After(c.at) {
+		return c.value
+	}
+	return c.value * math.Exp(-now.Sub(c.at).Seconds()/RecentRequestsTau.Seconds())
 }
 
 // prefillQueue is this router's own outstanding prefill on one replica, as a
@@ -108,7 +137,15 @@ type ReplicaState struct {
 	// PendingTokens is this router's outstanding uncached prefill on the
 	// replica at the snapshot's time, drained at the rate given to Snapshot.
 	PendingTokens float64
+	// recent counts the requests begun here (this router's and, over the
+	// peer mesh, its peers'), decayed over RecentRequestsTau.
+	recent recentCount
 }
+
+// RecentRequests is the number of requests begun on the replica (this
+// router's and its peers') decayed with time constant RecentRequestsTau, as
+// of the snapshot: how many conversations it has been given lately.
+func (s ReplicaState) RecentRequests() float64 { return s.recent.decayed(s.At) }
 
 // QueuedWork is the replica's queue as a request count: running and waiting
 // from its last /metrics plus the requests routed to it since (which that
@@ -214,6 +251,7 @@ func (ix *Index) BeginWork(r Replica, tokens int, rate float64) Ticket {
 	rs.work.drain(ix.now(), rate)
 	rs.work.rate = rate
 	rs.work.added += float64(max(tokens, 0))
+	rs.recent.add(ix.now())
 	return Ticket{upTo: rs.work.added}
 }
 
@@ -298,5 +336,6 @@ func (rs *replicaState) snapshot(r Replica, now time.Time, defaultRate float64) 
 		PrefillRate:      rs.rate,
 		MeanPromptTokens: rs.meanTokens,
 		PendingTokens:    q.added - q.drained,
+		recent:           rs.recent,
 	}
 }

@@ -6,6 +6,33 @@ import (
 	"time"
 )
 
+// TestRecentRequestsDecay: every request begun counts 1, ended or not, and
+// the count decays with time constant RecentRequestsTau.
+func TestRecentRequestsDecay(t *testing.T) {
+	f := newFixture(t, 2, Options{})
+	a, b := f.r[0], f.r[1]
+	recent := func(r Replica) float64 {
+		st, _ := f.ix.Replica(r)
+		return st.RecentRequests()
+	}
+	f.ix.EndWork(a, f.ix.BeginWork(a, 100, 1000))
+	f.ix.BeginRequest(a)
+	if got := recent(a); got != 2 {
+		t.Fatalf("recent %g after two requests, want 2", got)
+	}
+	if got := recent(b); got != 0 {
+		t.Fatalf("recent %g on a replica given nothing, want 0", got)
+	}
+	f.clock.Advance(RecentRequestsTau)
+	if got, want := recent(a), 2/math.E; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("recent %g one time constant later, want %g", got, want)
+	}
+	f.ix.BeginRequest(a)
+	if got, want := recent(a), 1+2/math.E; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("recent %g after one more, want %g", got, want)
+	}
+}
+
 func TestPrefillQueueDrainsAndEnds(t *testing.T) {
 	f := newFixture(t, 1, Options{})
 	a := f.r[0]
