@@ -291,7 +291,7 @@ func TestForeignRunningShareDrainsSinceTheScrape(t *testing.T) {
 // one yet lacks that prefix, but it costs within 20 % of the holders (the
 // system prompt is short beside the conversation) and it is idle, so it
 // takes the next new conversation: were it excluded it would never get one
-// (in the simulator, 9 of 16 engines stayed empty). Among the replicas that
+// (in the simulator, 7 of 16 engines got no request). Among the replicas that
 // hold the prefix, the one given the fewest requests lately wins.
 func TestNewConversationsSpreadOverTheWholeFleet(t *testing.T) {
 	h := newHarness(t, harnessOptions{strictPlacement: true})
