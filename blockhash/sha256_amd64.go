@@ -9,6 +9,15 @@ package blockhash
 //go:noescape
 func sum256SHANI(out *[32]byte, padded []byte)
 
+// chainSHA256CBOR hashes blocks sha256_cbor blocks of ids in a chain from
+// *parent, writing each preimage as p describes while the previous one is
+// hashed, and stores the digests from digests on; see sha256_amd64.s. A
+// non-zero high means an id of 2^32 or more: the digests are wrong. Only
+// when useSHANI and useCBORSSE.
+//
+//go:noescape
+func chainSHA256CBOR(parent *[32]byte, ids []uint64, blocks int, p *chainParams, digests *[32]byte) (high uint64)
+
 func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
 
 // useSHANI reports the SHA extensions (CPUID.7.0:EBX bit 29) and the SSSE3
