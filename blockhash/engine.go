@@ -141,6 +141,8 @@ func AppendEventKeys[T Token](e *Engine, dst []uint64, tokens []T, rk RequestKey
 	return appendChain(e, dst, tokens, rk, Digest.EventValue)
 }
 
+// appendChain is AppendDigests (out the identity) and AppendEventKeys (out
+// Digest.EventValue); the sha256_cbor fast path stores those two itself.
 func appendChain[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys, out func(Digest) H) ([]H, error) {
 	if e.algo == SHA256CBOR && useSHANI {
 		return appendChainSHANI(e, dst, tokens, rk, out), nil

@@ -98,10 +98,12 @@ block:
 	MOVOU   CDGH, 16(DI)
 	RET
 
-// func chainSHA256CBOR(parent *[32]byte, ids []uint64, blocks int, p *chainParams, digests *[32]byte) (high uint64)
+// func chainSHA256CBOR(parent *[32]byte, ids []uint64, blocks int, p *chainParams, out unsafe.Pointer) (high uint64)
 //
 // The sha256_cbor chain of blocks blocks of p.quads*4 ids each, from the
-// parent digest *parent, each digest to digests[i]. One loop encodes block
+// parent digest *parent, each block's result stored from out on: its event
+// value (p.digests false: the last 8 digest bytes read big-endian, a
+// uint64) or its Digest (32 bytes and the length). One loop encodes block
 // i+1's preimage into one slot of p.ring while it hashes block i's from the
 // other: the encoding does not depend on the chain, so it runs in the
 // shadow of the rounds' latency. A preimage is written with its 32 parent
@@ -111,22 +113,23 @@ block:
 //
 // A preimage: p.head (the 3-tuple's head, a bytes(32) head, zeros, the
 // tokens' array head; p.headLen bytes), the ids as putCBORUintsSSE writes
-// them, p.extraLen bytes of p.extra (the block's extra keys; readable 16
-// bytes past the end), then the SHA-256 padding. A slot is p.stride bytes,
-// room for all of it and the 16-byte stores running past each part. high is
-// the OR of the ids' upper halves: non-zero means an id of 2^32 or more,
-// written wrongly, and the digests are to be discarded.
+// them, the block's extra keys (p.extra0Len bytes of p.extra0 for the
+// first block, p.extraLen of p.extra after it; both readable 16 bytes past
+// the end), then the SHA-256 padding. A slot is p.stride bytes, room for all
+// of it and the 16-byte stores running past each part. high is the OR of
+// the ids' upper halves: non-zero means an id of 2^32 or more, written
+// wrongly, and the results are to be discarded.
 //
-// Registers: R8 p, SI the next id, DI the next digest, CX blocks left to
+// Registers: R8 p, SI the next id, DI the next result, CX blocks left to
 // encode, R11 the slot being encoded (R12 its write position), R10 the
-// slot to hash with R13 64-byte blocks (0: none yet), BX the encoded
-// slot's blocks, X13 the OR of the ids.
+// slot to hash with R13 64-byte blocks (0: none yet, so the block being
+// encoded is the first), BX the encoded slot's blocks, X13 the OR of the ids.
 TEXT ·chainSHA256CBOR(SB), NOSPLIT, $0-64
 	MOVQ  parent+0(FP), R9
 	MOVQ  ids_base+8(FP), SI
 	MOVQ  blocks+32(FP), CX
 	MOVQ  p+40(FP), R8
-	MOVQ  digests+48(FP), DI
+	MOVQ  out+48(FP), DI
 	MOVOU sha256Flip<>(SB), FLIP
 	MOVOU 0(R9), X11
 	MOVOU 16(R9), X12
@@ -207,8 +210,14 @@ chainids:
 	JNZ  chainids
 
 	// ... the extra keys, 16 bytes at a time, ...
-	MOVQ chainParams_extra(R8), BX
-	MOVQ chainParams_extraLen(R8), DX
+	MOVQ  chainParams_extra(R8), BX
+	MOVQ  chainParams_extraLen(R8), DX
+	TESTQ R13, R13
+	JNZ   chainextrahead
+	MOVQ  chainParams_extra0(R8), BX
+	MOVQ  chainParams_extra0Len(R8), DX
+
+chainextrahead:
 	LEAQ (R12)(DX*1), R9
 
 chainextra:
@@ -298,9 +307,19 @@ chainrounds:
 	PALIGNR $8, X7, X12
 	PSHUFB  FLIP, X11
 	PSHUFB  FLIP, X12
-	MOVOU   X11, 0(DI)
-	MOVOU   X12, 16(DI)
-	ADDQ    $32, DI
+	CMPB    chainParams_digests(R8), $0
+	JNE     chaindigest
+	PEXTRQ  $1, X12, AX          // digest bytes 24..31
+	BSWAPQ  AX
+	MOVQ    AX, 0(DI)
+	ADDQ    $8, DI
+	JMP     chainnext
+
+chaindigest:
+	MOVOU X11, 0(DI)
+	MOVOU X12, 16(DI)
+	MOVB  $32, Digest_n(DI)
+	ADDQ  $Digest__size, DI
 
 chainnext:
 	MOVQ  BX, R13                // the slot just encoded is hashed next

@@ -140,6 +140,19 @@ func TestEngineSHA256PathsAgree(t *testing.T) {
 							t.Fatalf("%v B%d %s LoRA %d bytes block %d: crypto/sha256 %s, SHA-NI %s", algo, bs, ids, len(rk.LoRAName), j, digests[0][j].Hex(), digests[1][j].Hex())
 						}
 					}
+					// Event values, appended after what dst holds.
+					e, _ := NewEngine(algo, &seed, bs)
+					keys, err := AppendEventKeys(e, []uint64{7, 8, 9}, wide, rk)
+					if err != nil || len(keys) != 3+len(digests[0]) || keys[0] != 7 || keys[2] != 9 {
+						t.Fatalf("%v B%d: event keys %d after 3, %v", algo, bs, len(keys), err)
+					}
+					if ids != "huge" {
+						for j, d := range digests[0] {
+							if keys[3+j] != d.EventValue() {
+								t.Fatalf("%v B%d block %d: event key %d, digest's %d", algo, bs, j, keys[3+j], d.EventValue())
+							}
+						}
+					}
 				}
 			}
 		}

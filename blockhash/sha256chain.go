@@ -5,10 +5,6 @@ import (
 	"unsafe"
 )
 
-// chainChunkBlocks is how many blocks one chainSHA256CBOR call hashes: the
-// size of its digest buffer on the stack.
-const chainChunkBlocks = 64
-
 // chainRingLen is the stack room for chainSHA256CBOR's two preimage slots.
 // Blocks whose preimages need more (over ~190 tokens, or long extra keys)
 // are hashed one call per block.
@@ -17,14 +13,17 @@ const chainRingLen = 2048
 // chainParams is what chainSHA256CBOR needs besides the ids; the assembly
 // reads its fields by the offsets go_asm.h gives.
 type chainParams struct {
-	head     [48]byte       // a preimage up to its ids, parent bytes zero; then zeros
-	headLen  uintptr        // the bytes of head that count
-	quads    uintptr        // ids per block / 4
-	extra    *byte          // the extra keys' CBOR, readable 16 bytes past extraLen
-	extraLen uintptr        // ≥ 1: None is one byte
-	pairs    *cborPairTable // the id writer's table
-	ring     *byte          // two slots of stride bytes
-	stride   uintptr
+	head      [48]byte       // a preimage up to its ids, parent bytes zero; then zeros
+	headLen   uintptr        // the bytes of head that count
+	quads     uintptr        // ids per block / 4
+	extra0    *byte          // block 0's extra keys' CBOR, readable 16 bytes past extra0Len
+	extra0Len uintptr        // ≥ 1: None is one byte
+	extra     *byte          // the other blocks'
+	extraLen  uintptr        // ≥ 1
+	pairs     *cborPairTable // the id writer's table
+	ring      *byte          // two slots of stride bytes
+	stride    uintptr        // a slot's bytes, a multiple of 64
+	digests   bool           // store Digests, not event values
 }
 
 // cborZeroParentHead is a sha256_cbor preimage up to its tokens with the
@@ -32,11 +31,13 @@ type chainParams struct {
 var cborZeroParentHead = [3 + 32]byte{cborArray<<5 | 3, cborBytes<<5 | 24, 32}
 
 // appendChainSHANI is appendChain for sha256_cbor with the SHA extensions.
-// Block 0, which alone may carry the cache_salt, is hashed on its own. The
-// rest go through chainSHA256CBOR where the ids are 64-bit words in groups
-// of four (every 8-byte Token type; block sizes that are multiples of 4),
-// which writes each preimage while the previous one's rounds run and keeps
-// the chain in registers; otherwise one block at a time.
+// Where the ids are 64-bit words in groups of four (every 8-byte Token type;
+// block sizes that are multiples of 4) and dst holds event values or Digests
+// (out is then Digest.EventValue or the identity: appendChain's two
+// callers), one chainSHA256CBOR call writes each preimage while the previous
+// one's rounds run, keeps the chain in registers and stores the results
+// straight into dst; otherwise, or when an id is 2^32 or more, one call per
+// block.
 func appendChainSHANI[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys, out func(Digest) H) []H {
 	bs := e.blockSize
 	n := len(tokens) / bs
@@ -44,50 +45,47 @@ func appendChainSHANI[T Token, H any](e *Engine, dst []H, tokens []T, rk Request
 		return dst
 	}
 	var extraBuf [2]Value
-	dst, parent := appendBlocksSHANI(bs, dst, tokens[:bs], e.none, rk.blockExtra(extraBuf[:0], 0), out)
-	rest := tokens[bs : n*bs]
-	extra := rk.blockExtra(extraBuf[:0], 1)
-	if len(rest) == 0 || unsafe.Sizeof(*new(T)) != 8 || bs%4 != 0 || !useCBORSSE {
-		dst, _ = appendBlocksSHANI(bs, dst, rest, parent, extra, out)
-		return dst
-	}
-
 	var p chainParams
-	var extraScratch [64]byte
-	extraCBOR := slices.Grow(appendCBORExtra(extraScratch[:0], extra), 16)
+	_, p.digests = any(dst).([]Digest)
+	_, events := any(dst).([]uint64)
+	if unsafe.Sizeof(*new(T)) != 8 || bs%4 != 0 || !useCBORSSE || !p.digests && !events {
+		return appendBlocksSlow(bs, dst, tokens[:n*bs], e.none, rk, out)
+	}
+	var extraScratch [2][64]byte
+	extra0 := slices.Grow(appendCBORExtra(extraScratch[0][:0], rk.blockExtra(extraBuf[:0], 0)), 16)
+	extra := slices.Grow(appendCBORExtra(extraScratch[1][:0], rk.blockExtra(extraBuf[:0], 1)), 16)
 	head := appendCBORHead(append(p.head[:0], cborZeroParentHead[:]...), cborArray, uint64(bs))
 	// A slot holds the head, up to 5 bytes an id and the last pair's 16-byte
 	// store, the extra keys and their last 16-byte copy, 0x80 and 64 zeros.
-	stride := (len(head) + 5*bs + 16 + len(extraCBOR) + 16 + 1 + 64 + 63) &^ 63
+	stride := (len(head) + 5*bs + 16 + max(len(extra0), len(extra)) + 16 + 1 + 64 + 63) &^ 63
 	var ring [chainRingLen]byte
 	if 2*stride > len(ring) {
-		dst, _ = appendBlocksSHANI(bs, dst, rest, parent, extra, out)
-		return dst
+		return appendBlocksSlow(bs, dst, tokens[:n*bs], e.none, rk, out)
 	}
 	p.headLen = uintptr(len(head))
 	p.quads = uintptr(bs / 4)
-	p.extra = &extraCBOR[0]
-	p.extraLen = uintptr(len(extraCBOR))
+	p.extra0, p.extra0Len = &extra0[0], uintptr(len(extra0))
+	p.extra, p.extraLen = &extra[0], uintptr(len(extra))
 	p.pairs = &cborPairs
 	p.ring = &ring[0]
 	p.stride = uintptr(stride)
 
 	// Every 8-byte Token type is a two's complement integer: read as uint64.
-	ids := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(rest))), len(rest))
-	var digests [chainChunkBlocks][32]byte
-	for len(rest) > 0 {
-		k := min(len(rest)/bs, chainChunkBlocks)
-		if chainSHA256CBOR(&parent.b, ids[:k*bs], k, &p, &digests[0]) != 0 {
-			// An id of 2^32 or more: these blocks the general way.
-			dst, parent = appendBlocksSHANI(bs, dst, rest[:k*bs], parent, extra, out)
-		} else {
-			for j := range digests[:k] {
-				dst = append(dst, out(Digest{b: digests[j], n: 32}))
-			}
-			parent = Digest{b: digests[k-1], n: 32}
-		}
-		rest, ids = rest[k*bs:], ids[k*bs:]
+	ids := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(tokens))), n*bs)
+	dst = slices.Grow(dst, n)
+	parent := e.none.b
+	if chainSHA256CBOR(&parent, ids, n, &p, unsafe.Pointer(unsafe.SliceData(dst[len(dst):cap(dst)]))) != 0 {
+		// An id of 2^32 or more: the general way.
+		return appendBlocksSlow(bs, dst, tokens[:n*bs], e.none, rk, out)
 	}
+	return dst[:len(dst)+n]
+}
+
+// appendBlocksSlow is appendChainSHANI one call per block.
+func appendBlocksSlow[T Token, H any](bs int, dst []H, tokens []T, parent Digest, rk RequestKeys, out func(Digest) H) []H {
+	var extraBuf [2]Value
+	dst, parent = appendBlocksSHANI(bs, dst, tokens[:bs], parent, rk.blockExtra(extraBuf[:0], 0), out)
+	dst, _ = appendBlocksSHANI(bs, dst, tokens[bs:], parent, rk.blockExtra(extraBuf[:0], 1), out)
 	return dst
 }
 
