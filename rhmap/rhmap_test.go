@@ -345,4 +345,3 @@ func TestHintFollowsTheSlots(t *testing.T) {
 		prefetch(addr)
 	}
 }
-
