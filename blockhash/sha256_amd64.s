@@ -100,8 +100,9 @@ block:
 
 // func chainSHA256CBOR(parent *[32]byte, ids []uint64, blocks int, p *chainParams, out unsafe.Pointer) (high uint64)
 //
-// The sha256_cbor chain of blocks blocks of p.quads*4 ids each, from the
-// parent digest *parent, each block's result stored from out on: its event
+// The sha256_cbor chain of blocks (> 0) blocks of p.quads*4 ids each, from
+// the parent digest *parent, which it leaves holding the last block's
+// digest, each block's result stored from out on: its event
 // value (p.digests false: the last 8 digest bytes read big-endian, a
 // uint64) or its Digest (32 bytes and the length). One loop encodes block
 // i+1's preimage into one slot of p.ring while it hashes block i's from the
@@ -327,6 +328,9 @@ chainnext:
 	TESTQ R13, R13
 	JNZ   chainstep
 
+	MOVQ   parent+0(FP), R9      // the last digest, for a next call to chain on
+	MOVOU  X11, 0(R9)
+	MOVOU  X12, 16(R9)
 	PSHUFD $0x0d, X13, X13       // the ids' upper dwords
 	MOVQ   X13, AX
 	MOVQ   AX, high+56(FP)

@@ -95,7 +95,7 @@ func TestEngineSHA256PathsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	// Every CBOR and pickle integer width, in runs of one width, so that
 	// preimages' lengths vary widely from block to block.
-	toks := make([]uint32, 0, 4000)
+	toks := make([]uint32, 0, 4200) // 1,050 blocks at B4: two chainSHA256CBOR calls
 	for len(toks) < cap(toks) {
 		shift := rng.Uint32() % 32
 		for range min(1+rng.IntN(64), cap(toks)-len(toks)) {
