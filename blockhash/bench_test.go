@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"slices"
 	"testing"
 )
 
@@ -100,6 +101,14 @@ func FuzzChain(f *testing.F) {
 				}
 			}
 			parent = d
+		}
+		// 64-bit ids take sha256_cbor's chainSHA256CBOR path where B%4 == 0.
+		wide := make([]uint64, len(toks))
+		for i, id := range toks {
+			wide[i] = uint64(id)
+		}
+		if dw, err := AppendDigests(e, nil, wide, rk); err != nil || !slices.Equal(dw, ds) {
+			t.Fatalf("64-bit ids: %d digests, %v; 32-bit ids: %d", len(dw), err, len(ds))
 		}
 		k, _ := NewTokenKeyer(lora, bs)
 		keys, err := AppendKeys(k, nil, k.Root(), toks, rk)

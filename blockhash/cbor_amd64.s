@@ -19,12 +19,12 @@ TEXT ·putCBORUintsSSE(SB), NOSPLIT, $0-56
 	MOVQ  DI, R9
 	SHRQ  $2, CX
 	PXOR  X8, X8                 // OR of all ids
-	MOVOU cborBias<>(SB), X9
-	MOVOU cborMax0<>(SB), X10
-	MOVOU cborMax1<>(SB), X11
-	MOVOU cborMax2<>(SB), X12
-	MOVOU cborKeyMul<>(SB), X13
-	MOVOU cborHeads<>(SB), X14
+	MOVOU ·cborBias(SB), X9
+	MOVOU ·cborMax0(SB), X10
+	MOVOU ·cborMax1(SB), X11
+	MOVOU ·cborMax2(SB), X12
+	MOVOU ·cborKeyMul(SB), X13
+	MOVOU ·cborHeads(SB), X14
 	TESTQ CX, CX
 	JZ    done
 
@@ -84,27 +84,27 @@ done:
 	MOVQ   AX, high+48(FP)
 	RET
 
-DATA cborBias<>+0(SB)/8, $0x8000000080000000
-DATA cborBias<>+8(SB)/8, $0x8000000080000000
-GLOBL cborBias<>(SB), RODATA|NOPTR, $16
+DATA ·cborBias+0(SB)/8, $0x8000000080000000
+DATA ·cborBias+8(SB)/8, $0x8000000080000000
+GLOBL ·cborBias(SB), RODATA|NOPTR, $16
 
 // The largest id of classes 0, 1 and 2, sign-flipped like the ids.
-DATA cborMax0<>+0(SB)/8, $0x8000001780000017
-DATA cborMax0<>+8(SB)/8, $0x8000001780000017
-GLOBL cborMax0<>(SB), RODATA|NOPTR, $16
-DATA cborMax1<>+0(SB)/8, $0x800000ff800000ff
-DATA cborMax1<>+8(SB)/8, $0x800000ff800000ff
-GLOBL cborMax1<>(SB), RODATA|NOPTR, $16
-DATA cborMax2<>+0(SB)/8, $0x8000ffff8000ffff
-DATA cborMax2<>+8(SB)/8, $0x8000ffff8000ffff
-GLOBL cborMax2<>(SB), RODATA|NOPTR, $16
+DATA ·cborMax0+0(SB)/8, $0x8000001780000017
+DATA ·cborMax0+8(SB)/8, $0x8000001780000017
+GLOBL ·cborMax0(SB), RODATA|NOPTR, $16
+DATA ·cborMax1+0(SB)/8, $0x800000ff800000ff
+DATA ·cborMax1+8(SB)/8, $0x800000ff800000ff
+GLOBL ·cborMax1(SB), RODATA|NOPTR, $16
+DATA ·cborMax2+0(SB)/8, $0x8000ffff8000ffff
+DATA ·cborMax2+8(SB)/8, $0x8000ffff8000ffff
+GLOBL ·cborMax2(SB), RODATA|NOPTR, $16
 
 // -1, -4, -1, -4: the compares give -1 per maximum exceeded.
-DATA cborKeyMul<>+0(SB)/8, $0xfffffffcffffffff
-DATA cborKeyMul<>+8(SB)/8, $0xfffffffcffffffff
-GLOBL cborKeyMul<>(SB), RODATA|NOPTR, $16
+DATA ·cborKeyMul+0(SB)/8, $0xfffffffcffffffff
+DATA ·cborKeyMul+8(SB)/8, $0xfffffffcffffffff
+GLOBL ·cborKeyMul(SB), RODATA|NOPTR, $16
 
 // The heads of 1-, 2- and 4-byte values (0x18, 0x19, 0x1a): source bytes 8..10.
-DATA cborHeads<>+0(SB)/8, $0x00000000001a1918
-DATA cborHeads<>+8(SB)/8, $0
-GLOBL cborHeads<>(SB), RODATA|NOPTR, $16
+DATA ·cborHeads+0(SB)/8, $0x00000000001a1918
+DATA ·cborHeads+8(SB)/8, $0
+GLOBL ·cborHeads(SB), RODATA|NOPTR, $16

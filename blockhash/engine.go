@@ -141,6 +141,8 @@ func AppendEventKeys[T Token](e *Engine, dst []uint64, tokens []T, rk RequestKey
 	return appendChain(e, dst, tokens, rk, Digest.EventValue)
 }
 
+// appendChain is AppendDigests (out the identity) and AppendEventKeys (out
+// Digest.EventValue); the sha256_cbor fast path stores those two itself.
 func appendChain[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys, out func(Digest) H) ([]H, error) {
 	if e.algo == SHA256CBOR && useSHANI {
 		return appendChainSHANI(e, dst, tokens, rk, out), nil
@@ -159,27 +161,6 @@ func appendChain[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys,
 		dst = append(dst, out(parent))
 	}
 	return dst, nil
-}
-
-// appendChainSHANI is appendChain for sha256_cbor with the SHA extensions:
-// each preimage is padded and hashed in the buffer it was written in, with
-// no copy, and the digest is written straight over the parent bytes, the one
-// part of the next preimage that depends on it.
-func appendChainSHANI[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys, out func(Digest) H) []H {
-	var scratch [scratchLen]byte
-	var extraBuf [2]Value
-	buf := appendCBORBlockHead(scratch[:0], e.none.Bytes())
-	headLen := len(buf)
-	parent := headLen - e.none.Len()
-	for i := 0; (i+1)*e.blockSize <= len(tokens); i++ {
-		b := appendCBORTokens(buf[:headLen], tokens[i*e.blockSize:(i+1)*e.blockSize])
-		b = padSHA256(appendCBORExtra(b, rk.blockExtra(extraBuf[:0], i)))
-		d := (*[32]byte)(b[parent:headLen])
-		sum256SHANI(d, b)
-		dst = append(dst, out(Digest{b: *d, n: 32}))
-		buf = b
-	}
-	return dst
 }
 
 // CoarseView returns the hashes a KV-cache group with block size k*B publishes

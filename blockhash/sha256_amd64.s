@@ -1,5 +1,6 @@
 //go:build !purego
 
+#include "go_asm.h"
 #include "textflag.h"
 
 // SHA-256 (FIPS 180-4) with the x86 SHA extensions. Source of truth for the
@@ -95,6 +96,244 @@ block:
 	PSHUFB  FLIP, CDGH
 	MOVOU   ABEF, 0(DI)
 	MOVOU   CDGH, 16(DI)
+	RET
+
+// func chainSHA256CBOR(parent *[32]byte, ids []uint64, blocks int, p *chainParams, out unsafe.Pointer) (high uint64)
+//
+// The sha256_cbor chain of blocks (> 0) blocks of p.quads*4 ids each, from
+// the parent digest *parent, which it leaves holding the last block's
+// digest, each block's result stored from out on: its event
+// value (p.digests false: the last 8 digest bytes read big-endian, a
+// uint64) or its Digest (32 bytes and the length). One loop encodes block
+// i+1's preimage into one slot of p.ring while it hashes block i's from the
+// other: the encoding does not depend on the chain, so it runs in the
+// shadow of the rounds' latency. A preimage is written with its 32 parent
+// bytes (offsets 3..34) zero, and the previous digest is spliced into the
+// first message block from registers (X11, X12), never stored and reloaded
+// on the chain.
+//
+// A preimage: p.head (the 3-tuple's head, a bytes(32) head, zeros, the
+// tokens' array head; p.headLen bytes), the ids as putCBORUintsSSE writes
+// them, the block's extra keys (p.extra0Len bytes of p.extra0 for the
+// first block, p.extraLen of p.extra after it; both readable 16 bytes past
+// the end), then the SHA-256 padding. A slot is p.stride bytes, room for all
+// of it and the 16-byte stores running past each part. high is the OR of
+// the ids' upper halves: non-zero means an id of 2^32 or more, written
+// wrongly, and the results are to be discarded.
+//
+// Registers: R8 p, SI the next id, DI the next result, CX blocks left to
+// encode, R11 the slot being encoded (R12 its write position), R10 the
+// slot to hash with R13 64-byte blocks (0: none yet, so the block being
+// encoded is the first), BX the encoded slot's blocks, X13 the OR of the ids.
+TEXT ·chainSHA256CBOR(SB), NOSPLIT, $0-64
+	MOVQ  parent+0(FP), R9
+	MOVQ  ids_base+8(FP), SI
+	MOVQ  blocks+32(FP), CX
+	MOVQ  p+40(FP), R8
+	MOVQ  out+48(FP), DI
+	MOVOU sha256Flip<>(SB), FLIP
+	MOVOU 0(R9), X11
+	MOVOU 16(R9), X12
+	PXOR  X13, X13
+	MOVQ  chainParams_ring(R8), R11
+	MOVQ  chainParams_stride(R8), R10
+	ADDQ  R11, R10
+	XORL  R13, R13
+
+chainstep:
+	XORL  BX, BX
+	TESTQ CX, CX
+	JZ    chainhash
+
+	// Encode the next block into R11: the head, ...
+	MOVOU chainParams_head(R8), X0
+	MOVOU X0, 0(R11)
+	MOVOU 16+chainParams_head(R8), X0
+	MOVOU X0, 16(R11)
+	MOVOU 32+chainParams_head(R8), X0
+	MOVOU X0, 32(R11)
+	MOVQ  chainParams_headLen(R8), R12
+	ADDQ  R11, R12
+
+	// ... the ids, four at a time as in putCBORUintsSSE (cbor_amd64.s), ...
+	MOVQ  chainParams_pairs(R8), AX
+	MOVQ  chainParams_quads(R8), R9
+	MOVOU ·cborBias(SB), X9
+	MOVOU ·cborMax0(SB), X10
+	MOVOU ·cborMax1(SB), X14
+	MOVOU ·cborMax2(SB), X7
+	MOVOU ·cborKeyMul(SB), X6
+	MOVOU ·cborHeads(SB), X5
+
+chainids:
+	MOVOU      0(SI), X0
+	MOVOU      16(SI), X1
+	POR        X0, X13
+	POR        X1, X13
+	PSHUFD     $0x08, X0, X0
+	PSHUFD     $0x08, X1, X1
+	PUNPCKLQDQ X1, X0
+	MOVO       X0, X2
+	PXOR       X9, X2
+	MOVO       X2, X3
+	PCMPGTL    X10, X3
+	MOVO       X2, X4
+	PCMPGTL    X14, X4
+	PCMPGTL    X7, X2
+	PADDL      X4, X3
+	PADDL      X2, X3
+	PMULLD     X6, X3
+	PHADDD     X3, X3
+	MOVQ       X3, BX
+
+	MOVO       X0, X1
+	PUNPCKLQDQ X5, X1
+	MOVL       BX, DX
+	SHLQ       $4, DX
+	PSHUFB     (AX)(DX*1), X1
+	MOVOU      X1, 0(R12)
+	SHRQ       $4, DX
+	MOVBQZX    256(AX)(DX*1), DX
+	ADDQ       DX, R12
+
+	PSHUFD     $0x0e, X0, X2
+	PUNPCKLQDQ X5, X2
+	SHRQ       $32, BX
+	SHLQ       $4, BX
+	PSHUFB     (AX)(BX*1), X2
+	MOVOU      X2, 0(R12)
+	SHRQ       $4, BX
+	MOVBQZX    256(AX)(BX*1), BX
+	ADDQ       BX, R12
+
+	ADDQ $32, SI
+	DECQ R9
+	JNZ  chainids
+
+	// ... the extra keys, 16 bytes at a time, ...
+	MOVQ  chainParams_extra(R8), BX
+	MOVQ  chainParams_extraLen(R8), DX
+	TESTQ R13, R13
+	JNZ   chainextrahead
+	MOVQ  chainParams_extra0(R8), BX
+	MOVQ  chainParams_extra0Len(R8), DX
+
+chainextrahead:
+	LEAQ (R12)(DX*1), R9
+
+chainextra:
+	MOVOU 0(BX), X0
+	MOVOU X0, 0(R12)
+	ADDQ  $16, BX
+	ADDQ  $16, R12
+	SUBQ  $16, DX
+	JGT   chainextra
+
+	// ... and the padding: 0x80, zeros, the length in bits at the end of
+	// the last 64-byte block.
+	MOVB  $0x80, 0(R9)
+	PXOR  X0, X0
+	MOVOU X0, 1(R9)
+	MOVOU X0, 17(R9)
+	MOVOU X0, 33(R9)
+	MOVOU X0, 49(R9)
+	SUBQ  R11, R9                // the preimage's length
+	LEAQ  72(R9), BX
+	ANDQ  $-64, BX               // padded
+	SHLQ  $3, R9
+	BSWAPQ R9
+	MOVQ  R9, -8(R11)(BX*1)
+	SHRQ  $6, BX                 // its 64-byte blocks
+	DECQ  CX
+
+chainhash:
+	TESTQ R13, R13
+	JZ    chainnext
+
+	// Hash the slot R10 (R13 blocks): the first block is bytes 0..15 =
+	// head | parent[0..12], 16..31 = parent[13..28], 32..47 = parent[29..31]
+	// | memory, 48..63 = memory.
+	LEAQ    sha256K<>(SB), AX
+	MOVQ    R10, R12
+	MOVOU   sha256IVABEF<>(SB), ABEF
+	MOVOU   sha256IVCDGH<>(SB), CDGH
+	MOVO    ABEF, X9
+	MOVO    CDGH, X10
+	MOVO    X11, X3
+	PSLLDQ  $3, X3
+	MOVOU   0(R12), X0
+	POR     X0, X3
+	PSHUFB  FLIP, X3
+	MOVO    X12, X4
+	PALIGNR $13, X11, X4
+	PSHUFB  FLIP, X4
+	MOVO    X12, X5
+	PSRLDQ  $13, X5
+	MOVOU   32(R12), X0
+	POR     X0, X5
+	PSHUFB  FLIP, X5
+	MOVOU   48(R12), X6
+	PSHUFB  FLIP, X6
+	JMP     chainrounds
+
+chainblock:
+	MOVO   ABEF, X9
+	MOVO   CDGH, X10
+	MOVOU  0(R12), X3
+	PSHUFB FLIP, X3
+	MOVOU  16(R12), X4
+	PSHUFB FLIP, X4
+	MOVOU  32(R12), X5
+	PSHUFB FLIP, X5
+	MOVOU  48(R12), X6
+	PSHUFB FLIP, X6
+
+chainrounds:
+	ROUNDS4(X3, 0)
+	ROUNDS4(X4, 16)
+	ROUNDS4(X5, 32)
+	ROUNDS4(X6, 48)
+	BLOCK12
+	PADDL X9, ABEF
+	PADDL X10, CDGH
+	ADDQ  $64, R12
+	DECQ  R13
+	JNZ   chainblock
+
+	// The digest bytes, as at the end of sum256SHANI, into X11, X12.
+	PSHUFD  $0x1b, ABEF, X11
+	PSHUFD  $0xb1, CDGH, X12
+	MOVO    X11, X7
+	PBLENDW $0xf0, X12, X11
+	PALIGNR $8, X7, X12
+	PSHUFB  FLIP, X11
+	PSHUFB  FLIP, X12
+	CMPB    chainParams_digests(R8), $0
+	JNE     chaindigest
+	PEXTRQ  $1, X12, AX          // digest bytes 24..31
+	BSWAPQ  AX
+	MOVQ    AX, 0(DI)
+	ADDQ    $8, DI
+	JMP     chainnext
+
+chaindigest:
+	MOVOU X11, 0(DI)
+	MOVOU X12, 16(DI)
+	MOVB  $32, Digest_n(DI)
+	ADDQ  $Digest__size, DI
+
+chainnext:
+	MOVQ  BX, R13                // the slot just encoded is hashed next
+	XCHGQ R10, R11
+	TESTQ R13, R13
+	JNZ   chainstep
+
+	MOVQ   parent+0(FP), R9      // the last digest, for a next call to chain on
+	MOVOU  X11, 0(R9)
+	MOVOU  X12, 16(R9)
+	PSHUFD $0x0d, X13, X13       // the ids' upper dwords
+	MOVQ   X13, AX
+	MOVQ   AX, high+56(FP)
 	RET
 
 // func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)

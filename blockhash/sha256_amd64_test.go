@@ -29,8 +29,9 @@ func TestSHANIDetectedWhereTheKernelSeesIt(t *testing.T) {
 
 // BenchmarkSHANIRounds_625Blocks is the floor under EngineKeys_10kTokens_SHA256CBOR:
 // 625 two-block messages (a 100-byte preimage, padded), each hashed with the
-// assembly into the parent bytes of the next, as the key chain does, with
-// no preimage to write.
+// assembly into the parent bytes of the next, as the block-per-call path
+// does, with no preimage to write: the rounds' dependency chain and little
+// else (chainSHA256CBOR keeps even the digest in registers).
 func BenchmarkSHANIRounds_625Blocks(b *testing.B) {
 	if !useSHANI {
 		b.Skip("no SHA extensions on this CPU")

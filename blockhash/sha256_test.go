@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -81,38 +82,77 @@ func TestPadSHA256(t *testing.T) {
 
 // TestEngineSHA256PathsAgree hashes chains under both SHA-256 paths for the
 // three SHA-256 algorithms, with block sizes whose preimages take one to
-// ~80 compressions and outgrow the stack scratch buffer.
+// ~80 compressions and outgrow the stack scratch buffer, with 32-bit ids
+// (sha256_cbor one block per call) and 64-bit ids (its chainSHA256CBOR path
+// where the block size is a multiple of 4, over several chunks, falling back
+// where an id is 2^32 or more, the slots outgrow the ring, or there is no
+// LoRA or salt).
 func TestEngineSHA256PathsAgree(t *testing.T) {
 	if !useSHANI {
 		t.Skip("no SHA-NI path in this build or on this CPU: nothing to compare")
 	}
 	t.Cleanup(func() { useSHANI = true })
 	rng := rand.New(rand.NewPCG(3, 4))
-	toks := make([]uint32, 4000)
-	for i := range toks {
-		toks[i] = rng.Uint32() >> (rng.Uint32() % 32) // every CBOR and pickle integer width
+	// Every CBOR and pickle integer width, in runs of one width, so that
+	// preimages' lengths vary widely from block to block.
+	toks := make([]uint32, 0, 4200) // 1,050 blocks at B4: two chainSHA256CBOR calls
+	for len(toks) < cap(toks) {
+		shift := rng.Uint32() % 32
+		for range min(1+rng.IntN(64), cap(toks)-len(toks)) {
+			toks = append(toks, rng.Uint32()>>shift)
+		}
 	}
-	rk := RequestKeys{LoRAName: string(bytes.Repeat([]byte("l"), 70)), CacheSalt: "tenant-a"}
+	wide := make([]uint64, len(toks))
+	for i, id := range toks {
+		wide[i] = uint64(id)
+	}
+	huge := slices.Clone(wide)
+	huge[16*70+5] = 1<<32 + 7 // block 70 at B16: the second chunk falls back
 	seed := "0"
-	for _, algo := range []Algorithm{SHA256, SHA256CBOR, SHA256CBOR64Bit} {
-		for _, bs := range []int{1, 3, 16, 17, 64, 1000} {
-			var digests [2][]Digest
-			for i, shani := range []bool{false, true} {
-				useSHANI = shani
-				e, err := NewEngine(algo, &seed, bs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if digests[i], err = AppendDigests(e, nil, toks, rk); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if len(digests[0]) != len(toks)/bs {
-				t.Fatalf("%v B%d: %d digests", algo, bs, len(digests[0]))
-			}
-			for j := range digests[0] {
-				if digests[0][j] != digests[1][j] {
-					t.Fatalf("%v B%d block %d: crypto/sha256 %s, SHA-NI %s", algo, bs, j, digests[0][j].Hex(), digests[1][j].Hex())
+	for _, rk := range []RequestKeys{
+		{LoRAName: string(bytes.Repeat([]byte("l"), 70)), CacheSalt: "tenant-a"},
+		{},
+		{LoRAName: string(bytes.Repeat([]byte("L"), 1500))},
+	} {
+		for _, algo := range []Algorithm{SHA256, SHA256CBOR, SHA256CBOR64Bit} {
+			for _, bs := range []int{1, 3, 4, 16, 17, 64, 188, 192, 1000} {
+				for ids, chain := range map[string]func(e *Engine) ([]Digest, error){
+					"uint32": func(e *Engine) ([]Digest, error) { return AppendDigests(e, nil, toks, rk) },
+					"uint64": func(e *Engine) ([]Digest, error) { return AppendDigests(e, nil, wide, rk) },
+					"huge":   func(e *Engine) ([]Digest, error) { return AppendDigests(e, nil, huge, rk) },
+				} {
+					var digests [2][]Digest
+					for i, shani := range []bool{false, true} {
+						useSHANI = shani
+						e, err := NewEngine(algo, &seed, bs)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if digests[i], err = chain(e); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if len(digests[0]) != len(toks)/bs {
+						t.Fatalf("%v B%d %s: %d digests", algo, bs, ids, len(digests[0]))
+					}
+					for j := range digests[0] {
+						if digests[0][j] != digests[1][j] {
+							t.Fatalf("%v B%d %s LoRA %d bytes block %d: crypto/sha256 %s, SHA-NI %s", algo, bs, ids, len(rk.LoRAName), j, digests[0][j].Hex(), digests[1][j].Hex())
+						}
+					}
+					// Event values, appended after what dst holds.
+					e, _ := NewEngine(algo, &seed, bs)
+					keys, err := AppendEventKeys(e, []uint64{7, 8, 9}, wide, rk)
+					if err != nil || len(keys) != 3+len(digests[0]) || keys[0] != 7 || keys[2] != 9 {
+						t.Fatalf("%v B%d: event keys %d after 3, %v", algo, bs, len(keys), err)
+					}
+					if ids != "huge" {
+						for j, d := range digests[0] {
+							if keys[3+j] != d.EventValue() {
+								t.Fatalf("%v B%d block %d: event key %d, digest's %d", algo, bs, j, keys[3+j], d.EventValue())
+							}
+						}
+					}
 				}
 			}
 		}

@@ -166,6 +166,40 @@ func TestMapCollidingKeysWrapAround(t *testing.T) {
 	}
 }
 
+// Rebuilding into fewer slots (as Shrink does) can wrap the last run moved
+// past the first key the merge placed: here a key homed mid-table comes
+// first and a run at the top of the hash space (home: the last slot at every
+// size) wraps onto it; the keys that do not fit go in by probing.
+func TestResizeWrapsTheLastRunOntoTheFirstKey(t *testing.T) {
+	for top := 1; top <= 19; top++ {
+		for _, slots := range []int{(top+1)*maxLoadDen/maxLoadNum + 1, 40} {
+			m := &Map[val]{slots: make([]slot[val], 64)}
+			want := map[uint64]val{}
+			for _, k := range append([]uint64{unhash(1 << 63)}, keysAtTheTop(top)...) {
+				v := val{uint32(k), uint32(k >> 32), 1}
+				m.Put(k, v)
+				want[k] = v
+			}
+			check(t, m, want)
+			m.resize(slots)
+			if len(m.slots) != slots {
+				t.Fatalf("resized to %d slots, want %d", len(m.slots), slots)
+			}
+			check(t, m, want)
+		}
+	}
+}
+
+// keysAtTheTop returns n keys whose hashes are the largest: home is the
+// last slot at every table size.
+func keysAtTheTop(n int) []uint64 {
+	keys := make([]uint64, n)
+	for j := range keys {
+		keys[j] = unhash(^uint64(0) - uint64(j))
+	}
+	return keys
+}
+
 // Keys crafted to share one home (hashes 1..n: home 0 at every size) make
 // one long run; the table stays correct through growth, lookups and
 // deletes, and such keys cost probing time, not memory.
