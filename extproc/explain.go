@@ -71,6 +71,10 @@ type ExplainCandidate struct {
 	QueueSeconds   Figure `json:"queue_seconds"`
 	PrefillRate    Figure `json:"prefill_tokens_per_second"`
 	KVUsage        Figure `json:"kv_usage"`
+	// RecentRequests is the requests begun on the replica lately
+	// (index.ReplicaState.RecentRequests): among idle replicas costing
+	// within 20 % of the cheapest, the fewest takes the request.
+	RecentRequests Figure `json:"recent_requests"`
 	UncachedTokens Figure `json:"uncached_tokens"`
 	// Cost is the predicted seconds to first token the decision minimised.
 	Cost   Figure `json:"cost_seconds"`
@@ -166,6 +170,7 @@ func (rec *recorder) weigh(r *Router, c *candidate, held index.Match, uncached, 
 	e.InFlight = c.state.InFlight
 	e.QueuedTokens, e.QueueSeconds = Figure(queued), Figure(queued/c.rate)
 	e.PrefillRate, e.KVUsage = Figure(c.rate), Figure(c.state.Load.KVUsage)
+	e.RecentRequests = Figure(c.state.RecentRequests())
 	e.UncachedTokens, e.Cost = Figure(max(uncached, 0)), Figure(cost)
 }
 

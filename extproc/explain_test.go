@@ -22,12 +22,17 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 	h.ix.Store(h.eps[1].Replica, keys, index.TierGPU)
 	h.ix.Store(h.eps[0].Replica, keys[:2], index.TierCPU)
 	h.ix.SetHealthy(h.eps[2].Replica, false)
+	for range 2 {
+		h.ix.BeginRequest(h.eps[0].Replica)
+		h.ix.EndRequest(h.eps[0].Replica)
+	}
 	body := []byte(`{"model":"qwen3","prompt":"` + sharedPrefix + `"}`)
 	before := replicaStates(h)
 
 	x := h.server.router.Explain("/v1/completions", body)
 	for i, st := range replicaStates(h) {
-		if st.InFlight != before[i].InFlight || st.PendingTokens != before[i].PendingTokens || st.StartedSinceLoad != before[i].StartedSinceLoad {
+		if st.InFlight != before[i].InFlight || st.PendingTokens != before[i].PendingTokens || st.StartedSinceLoad != before[i].StartedSinceLoad ||
+			st.RecentRequests() > before[i].RecentRequests() {
 			t.Fatalf("Explain left bookkeeping on %s: %+v, was %+v", h.eps[i].Name, st, before[i])
 		}
 	}
@@ -49,7 +54,8 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 		t.Fatalf("holder: %+v", c1)
 	}
 	if c0.MatchedBlocks != 2 || c0.CPUBlocks != 2 || c0.GPUBlocks != 0 || c0.WeightedBlocks != 1 || c0.Picked ||
-		float64(c0.UncachedTokens) != float64(d.PromptTokens-testBlockSize) || !(c0.Cost > c1.Cost) {
+		float64(c0.UncachedTokens) != float64(d.PromptTokens-testBlockSize) || !(c0.Cost > c1.Cost) ||
+		!(c0.RecentRequests > 1.9 && c0.RecentRequests <= 2) || c1.RecentRequests != 0 {
 		t.Fatalf("CPU-tier holder: %+v (holder %+v)", c0, c1)
 	}
 	if c2.Eligible || c2.Healthy || c2.Ineligible != IneligibleUnhealthy || c2.Weighed {

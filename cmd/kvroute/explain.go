@@ -116,7 +116,7 @@ func printExplanation(w io.Writer, x *extproc.Explanation) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nENDPOINT\tADDRESS\tELIGIBLE\tMATCHED\tGPU\tCPU\tWEIGHTED\tIN_FLIGHT\tQUEUED_TOK\tQUEUE_S\tKV_USAGE\tUNCACHED\tCOST_S\tPICK")
+	fmt.Fprintln(tw, "\nENDPOINT\tADDRESS\tELIGIBLE\tMATCHED\tGPU\tCPU\tWEIGHTED\tIN_FLIGHT\tQUEUED_TOK\tQUEUE_S\tKV_USAGE\tRECENT\tUNCACHED\tCOST_S\tPICK")
 	for _, c := range x.Candidates {
 		el := "yes"
 		if !c.Eligible {
@@ -127,12 +127,12 @@ func printExplanation(w io.Writer, x *extproc.Explanation) error {
 			pick = "<-"
 		}
 		if !c.Weighed {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", c.Name, c.Address, el, pick)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", c.Name, c.Address, el, pick)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Address, el,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Address, el,
 			c.MatchedBlocks, c.GPUBlocks, c.CPUBlocks, figure(c.WeightedBlocks), c.InFlight, figure(c.QueuedTokens),
-			figure(c.QueueSeconds), figure(c.KVUsage), figure(c.UncachedTokens), figure(c.Cost), pick)
+			figure(c.QueueSeconds), figure(c.KVUsage), figure(c.RecentRequests), figure(c.UncachedTokens), figure(c.Cost), pick)
 	}
 	return tw.Flush()
 }
