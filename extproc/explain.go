@@ -66,11 +66,11 @@ type ExplainCandidate struct {
 	// InFlight is this router's requests on the replica; QueuedTokens the
 	// prefill tokens predicted ahead of the request and QueueSeconds their
 	// time at PrefillRate (tokens/s).
-	InFlight       int64  `json:"in_flight"`
-	QueuedTokens   Figure `json:"queued_tokens"`
-	QueueSeconds   Figure `json:"queue_seconds"`
-	PrefillRate    Figure `json:"prefill_tokens_per_second"`
-	KVUsage        Figure `json:"kv_usage"`
+	InFlight     int64  `json:"in_flight"`
+	QueuedTokens Figure `json:"queued_tokens"`
+	QueueSeconds Figure `json:"queue_seconds"`
+	PrefillRate  Figure `json:"prefill_tokens_per_second"`
+	KVUsage      Figure `json:"kv_usage"`
 	// RecentRequests is the requests begun on the replica lately
 	// (index.ReplicaState.RecentRequests): among idle replicas costing
 	// within 20 % of the cheapest, the fewest takes the request.
