@@ -51,6 +51,29 @@
 	SCHEDULE(X5, X6, X3, X4); ROUNDS4(X5, 224); \
 	SCHEDULE(X6, X3, X4, X5); ROUNDS4(X6, 240)
 
+// LOADW loads W[0..15] of the 64-byte block at p into X3..X6 as big-endian
+// words.
+#define LOADW(p) \
+	MOVOU  0(p), X3; \
+	PSHUFB FLIP, X3; \
+	MOVOU  16(p), X4; \
+	PSHUFB FLIP, X4; \
+	MOVOU  32(p), X5; \
+	PSHUFB FLIP, X5; \
+	MOVOU  48(p), X6; \
+	PSHUFB FLIP, X6
+
+// BLOCK64 is the 64 rounds of one block whose W[0..15] are in X3..X6, added
+// to the chaining value kept in X9, X10.
+#define BLOCK64 \
+	ROUNDS4(X3, 0); \
+	ROUNDS4(X4, 16); \
+	ROUNDS4(X5, 32); \
+	ROUNDS4(X6, 48); \
+	BLOCK12; \
+	PADDL  X9, ABEF; \
+	PADDL  X10, CDGH
+
 // func sum256SHANI(out *[32]byte, padded []byte)
 // padded is a whole padded message: len(padded) is a positive multiple of 64.
 TEXT ·sum256SHANI(SB), NOSPLIT, $0-32
@@ -66,21 +89,8 @@ TEXT ·sum256SHANI(SB), NOSPLIT, $0-32
 block:
 	MOVO   ABEF, X9              // keep the chaining value for the final addition
 	MOVO   CDGH, X10
-	MOVOU  0(SI), X3             // W[0..15], big-endian words
-	PSHUFB FLIP, X3
-	MOVOU  16(SI), X4
-	PSHUFB FLIP, X4
-	MOVOU  32(SI), X5
-	PSHUFB FLIP, X5
-	MOVOU  48(SI), X6
-	PSHUFB FLIP, X6
-	ROUNDS4(X3, 0)
-	ROUNDS4(X4, 16)
-	ROUNDS4(X5, 32)
-	ROUNDS4(X6, 48)
-	BLOCK12
-	PADDL  X9, ABEF
-	PADDL  X10, CDGH
+	LOADW(SI)
+	BLOCK64
 	ADDQ   $64, SI
 	DECQ   DX
 	JNZ    block
@@ -279,23 +289,10 @@ chainhash:
 chainblock:
 	MOVO   ABEF, X9
 	MOVO   CDGH, X10
-	MOVOU  0(R12), X3
-	PSHUFB FLIP, X3
-	MOVOU  16(R12), X4
-	PSHUFB FLIP, X4
-	MOVOU  32(R12), X5
-	PSHUFB FLIP, X5
-	MOVOU  48(R12), X6
-	PSHUFB FLIP, X6
+	LOADW(R12)
 
 chainrounds:
-	ROUNDS4(X3, 0)
-	ROUNDS4(X4, 16)
-	ROUNDS4(X5, 32)
-	ROUNDS4(X6, 48)
-	BLOCK12
-	PADDL X9, ABEF
-	PADDL X10, CDGH
+	BLOCK64
 	ADDQ  $64, R12
 	DECQ  R13
 	JNZ   chainblock
