@@ -43,15 +43,12 @@ func loadQwen(b *testing.B) (*tokenize.Tokenizer, *chattemplate.ChatTemplates) {
 	return qwenTok, qwenChat
 }
 
-// templateChat renders chat bodies with a real chat template.
+// templateChat renders chat bodies with a real chat template, as the
+// server's pools do.
 type templateChat struct{ ct *chattemplate.ChatTemplates }
 
 func (c templateChat) AppendChat(dst, body []byte) ([]byte, error) {
-	req, err := chattemplate.ParseChatRequest(body)
-	if err != nil {
-		return dst, err
-	}
-	return c.ct.AppendRequest(dst, req)
+	return c.ct.AppendChat(dst, body)
 }
 
 // proseWords is the vocabulary of the generated English prose.
