@@ -23,7 +23,12 @@ type nopProcessor struct {
 	extprocv3.UnimplementedExternalProcessorServer
 }
 
-func (nopProcessor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+func (p nopProcessor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	return p.serve(srv, func() {})
+}
+
+// serve answers srv's messages, calling onBody before answering a body.
+func (nopProcessor) serve(srv extprocv3.ExternalProcessor_ProcessServer, onBody func()) error {
 	for {
 		req, err := srv.Recv()
 		if err != nil {
@@ -34,6 +39,7 @@ func (nopProcessor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			resp = headersResponse(&extprocv3.CommonResponse{})
 		case *extprocv3.ProcessingRequest_RequestBody:
+			onBody()
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
 				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: nil}, ClearRouteCache: true}}}}
 			resp.GetRequestBody().Response.HeaderMutation.SetHeaders = append(resp.GetRequestBody().Response.HeaderMutation.SetHeaders, setHeader(HeaderDestination, "127.0.0.1:8001"))
