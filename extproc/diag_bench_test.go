@@ -135,3 +135,53 @@ func BenchmarkDecide_Chat2kColdCPUCache(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecide_Chat2kRoundRobinStacks hands Decide_Chat2k's decisions to
+// goroutines=N goroutines in turn, as gRPC's stream workers (woken first in,
+// first out) take successive streams: with many, each decision runs on a
+// stack last used N decisions ago. The first sub-benchmark warms the caches.
+func BenchmarkDecide_Chat2kRoundRobinStacks(b *testing.B) {
+	w := newChatWorkload(b, 2000)
+	type job struct {
+		body []byte
+		took time.Duration
+		done chan struct{}
+	}
+	start := 1 << 28
+	for _, n := range []int{1, 1, streamWorkers, 1, streamWorkers} {
+		b.Run(fmt.Sprint("goroutines=", n), func(b *testing.B) {
+			queues := make([]chan *job, n)
+			for i := range queues {
+				queues[i] = make(chan *job)
+				go func(q chan *job) {
+					for j := range q {
+						t0 := time.Now()
+						d := w.router.Decide("/v1/chat/completions", j.body, nil)
+						w.router.Begin(&d)
+						w.router.End(&d)
+						j.took = time.Since(t0)
+						j.done <- struct{}{}
+					}
+				}(queues[i])
+			}
+			defer func() {
+				for _, q := range queues {
+					close(q)
+				}
+			}()
+			j := &job{done: make(chan struct{})}
+			var lat []time.Duration
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				j.body = w.appendBody(j.body[:0], start+i)
+				b.StartTimer()
+				queues[i%n] <- j
+				<-j.done
+				lat = append(lat, j.took)
+			}
+			start += 1 << 20
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		})
+	}
+}
