@@ -11,6 +11,7 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // maxJSONDepth bounds nesting so hostile bodies cannot exhaust the stack.
@@ -21,6 +22,37 @@ const maxJSONDepth = 512
 // (float64 when they do not fit), numbers with a fraction or exponent float64.
 func DecodeJSON(data []byte) (Value, error) {
 	d := jsonDecoder{s: data}
+	return d.decode()
+}
+
+// decodeBorrowed is DecodeJSON for a caller done with every decoded value
+// before data changes and before it calls releaseArena(arena): a string
+// needing no unescaping points into data, any other into arena, a pooled
+// buffer the next decode reuses. It saves a copy and an allocation of
+// every string (a chat body's message contents are most of its bytes).
+func decodeBorrowed(data []byte) (v Value, arena *[]byte, err error) {
+	arena = arenaPool.Get().(*[]byte)
+	d := jsonDecoder{s: data, borrowed: true, arena: (*arena)[:0]}
+	v, err = d.decode()
+	*arena = d.arena[:0]
+	return v, arena, err
+}
+
+// releaseArena hands a decodeBorrowed arena to the next decode; nothing
+// decoded with it may be used after.
+func releaseArena(arena *[]byte) {
+	if cap(*arena) <= maxPooledArena {
+		arenaPool.Put(arena)
+	}
+}
+
+// maxPooledArena bounds the string arenas arenaPool keeps (bytes).
+const maxPooledArena = 1 << 20
+
+// arenaPool holds decodeBorrowed's string arenas.
+var arenaPool = sync.Pool{New: func() any { return new([]byte) }}
+
+func (d *jsonDecoder) decode() (Value, error) {
 	if p, ok := scratchPool.Get().(*[]byte); ok {
 		d.buf = (*p)[:0]
 		defer func() {
@@ -72,6 +104,32 @@ type jsonDecoder struct {
 	i     int
 	buf   []byte  // scratch for strings with escapes or non-ASCII text
 	stack []Value // the pairs and items of the objects and arrays being decoded
+	// borrowed: strings are not copied out (decodeBorrowed); those that
+	// need unescaping are appended to arena.
+	borrowed bool
+	arena    []byte
+}
+
+// plain returns the string of s[start:end], which needed no unescaping:
+// in place when borrowed, else copied.
+func (d *jsonDecoder) plain(start, end int) string {
+	if d.borrowed {
+		return unsafe.String(unsafe.SliceData(d.s[start:end]), end-start)
+	}
+	return string(d.s[start:end])
+}
+
+// unescaped returns the string of b, d's scratch buffer: copied to the
+// arena when borrowed, else to a string of its own.
+func (d *jsonDecoder) unescaped(b []byte) string {
+	if !d.borrowed || len(b) == 0 {
+		return string(b)
+	}
+	// A full arena is replaced by a larger one: the strings already made
+	// keep the old one alive.
+	at := len(d.arena)
+	d.arena = append(d.arena, b...)
+	return unsafe.String(&d.arena[at], len(b))
 }
 
 func (d *jsonDecoder) errorf(format string, args ...any) error {
@@ -317,7 +375,7 @@ func (d *jsonDecoder) str() (string, error) {
 	start := d.i
 	d.i = plainRun(d.s, d.i)
 	if d.i < len(d.s) && d.s[d.i] == '"' {
-		s := string(d.s[start:d.i])
+		s := d.plain(start, d.i)
 		d.i++
 		return s, nil
 	}
@@ -333,7 +391,7 @@ func (d *jsonDecoder) str() (string, error) {
 		switch {
 		case c == '"':
 			d.i++
-			return string(b), nil
+			return d.unescaped(b), nil
 		case c < 0x20:
 			return "", d.errorf("control character in string")
 		case c == '\\':

@@ -120,7 +120,7 @@ func (d *oldJSONDecoder) value(depth int) (Value, error) {
 
 // FuzzDecodeJSONMatchesGrowingDecoder: the decoder returns the same values
 // (key order, repeated keys, numbers, strings) and the same errors as the
-// one it replaced.
+// one it replaced, with strings copied or borrowed (decodeBorrowed).
 func FuzzDecodeJSONMatchesGrowingDecoder(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","messages":[{"role":"system","content":"Be brief.\n"},{"role":"user","content":"Hi \u00e9 \ud83d\ude00"}]}`,
@@ -141,6 +141,17 @@ func FuzzDecodeJSONMatchesGrowingDecoder(f *testing.F) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q: decoded %#v, old decoder %#v", data, got, want)
+		}
+		// Borrowed strings (in place or in a reused arena) read the same.
+		for range 2 {
+			b, arena, bErr := decodeBorrowed(data)
+			if (bErr == nil) != (gotErr == nil) || bErr != nil && bErr.Error() != gotErr.Error() {
+				t.Fatalf("%q: borrowed decode error %v, DecodeJSON %v", data, bErr, gotErr)
+			}
+			if !reflect.DeepEqual(b, got) {
+				t.Fatalf("%q: borrowed decode %#v, DecodeJSON %#v", data, b, got)
+			}
+			releaseArena(arena)
 		}
 	})
 }

@@ -471,3 +471,63 @@ func TestAppendRequestRendersWhatRenderRequestRenders(t *testing.T) {
 		t.Errorf("only %d requests checked, %d rendered", checked, rendered)
 	}
 }
+
+// TestAppendChatRendersWhatParseAndAppendRequestRender: AppendChat, whose
+// strings point into the body or a reused arena, appends exactly what
+// ParseChatRequest then AppendRequest append (or fails with their error),
+// for every template and conversation in testdata and for bodies with
+// escapes, non-ASCII and invalid UTF-8, one after another into one buffer.
+func TestAppendChatRendersWhatParseAndAppendRequestRender(t *testing.T) {
+	templates, convs, _ := loadConformance(t)
+	var bodies [][]byte
+	for _, ck := range convs.Keys() {
+		conv, _ := convs.Get(ck)
+		bodies = append(bodies, requestBody(t, conv.(*Dict), nil), requestBody(t, conv.(*Dict), map[string]any{"add_generation_prompt": false, "continue_final_message": true}))
+	}
+	for _, s := range []string{
+		`{"messages":[{"role":"system","content":"Be \"brief\".\n\tOK \u00e9 \ud83d\ude00 \\ end"},{"role":"user","content":"plain text"}]}`,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff utf-8 \xe2\x82 here\"}]}",
+		`{"messages":[{"role":"user","content":""},{"role":"assistant","content":"<think>\nx\n</think>\n\ny"},{"role":"user","content":"\n"}]}`,
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f\u0041","parameters":{"a":"\n"}}}]}`,
+		`{"messages":[{"role":1,"content":"x"}]}`,
+		`{"messages":[{"role":"user","content":"unterminated`,
+		`{"messages":"not a list"}`,
+	} {
+		bodies = append(bodies, []byte(s))
+	}
+	prefix := []byte("bytes before the prompt|")
+	buf := append([]byte(nil), prefix...)
+	checked, rendered := 0, 0
+	for name, src := range templates {
+		r, err := NewRenderer(src, conformanceSpecials, frozenNow)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		c := &ChatTemplates{plain: r, tools: r}
+		for i, body := range bodies {
+			var want []byte
+			req, wantErr := ParseChatRequest(body)
+			if wantErr == nil {
+				want, wantErr = c.AppendRequest(nil, req)
+			}
+			var gotErr error
+			buf, gotErr = c.AppendChat(buf[:len(prefix)], body)
+			checked++
+			switch {
+			case wantErr != nil || gotErr != nil:
+				if wantErr == nil || gotErr == nil || wantErr.Error() != gotErr.Error() {
+					t.Errorf("%s body %d: AppendChat error %v, want %v", name, i, gotErr, wantErr)
+				}
+			case string(buf[:len(prefix)]) != string(prefix):
+				t.Errorf("%s body %d: the bytes before the prompt changed: %q", name, i, buf[:len(prefix)])
+			case string(buf[len(prefix):]) != string(want):
+				t.Errorf("%s body %d: %s", name, i, firstDiff(string(buf[len(prefix):]), string(want)))
+			default:
+				rendered++
+			}
+		}
+	}
+	if checked < 400 || rendered < 200 {
+		t.Fatalf("checked %d, rendered %d: testdata too small", checked, rendered)
+	}
+}

@@ -32,11 +32,43 @@ func ParseChatRequest(body []byte) (*Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat request: %w", err)
 	}
+	return chatRequest(v)
+}
+
+// AppendChat appends to dst the prompt of an OpenAI chat completions body:
+// ParseChatRequest then AppendRequest, without copying the body's strings
+// (they are read in place, or unescaped into a reused buffer, and dropped
+// before AppendChat returns). body must not change during the call.
+func (c *ChatTemplates) AppendChat(dst, body []byte) ([]byte, error) {
+	v, arena, err := decodeBorrowed(body)
+	if err == nil {
+		var req *Request
+		if req, err = chatRequest(v); err == nil {
+			var out []byte
+			if out, err = c.AppendRequest(dst, req); err == nil {
+				releaseArena(arena)
+				return out, nil
+			}
+		}
+	}
+	releaseArena(arena)
+	// The error may quote the body's strings: decode it again with strings
+	// of their own, so that the error can outlive the call.
+	req, err := ParseChatRequest(body)
+	if err != nil {
+		return dst, err
+	}
+	return c.AppendRequest(dst, req)
+}
+
+// chatRequest reads a chat completions request from its decoded body.
+func chatRequest(v Value) (*Request, error) {
 	d, ok := v.(*Dict)
 	if !ok {
 		return nil, errors.New("chat request: body is not a JSON object")
 	}
 	r := &Request{AddGenerationPrompt: true}
+	var err error
 	str := func(key string) (string, error) {
 		x, ok := d.getStr(key)
 		if !ok || x == nil {

@@ -23,7 +23,12 @@ type nopProcessor struct {
 	extprocv3.UnimplementedExternalProcessorServer
 }
 
-func (nopProcessor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+func (p nopProcessor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	return p.serve(srv, func() {})
+}
+
+// serve answers srv's messages, calling onBody before answering a body.
+func (nopProcessor) serve(srv extprocv3.ExternalProcessor_ProcessServer, onBody func()) error {
 	for {
 		req, err := srv.Recv()
 		if err != nil {
@@ -34,6 +39,7 @@ func (nopProcessor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			resp = headersResponse(&extprocv3.CommonResponse{})
 		case *extprocv3.ProcessingRequest_RequestBody:
+			onBody()
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
 				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: nil}, ClearRouteCache: true}}}}
 			resp.GetRequestBody().Response.HeaderMutation.SetHeaders = append(resp.GetRequestBody().Response.HeaderMutation.SetHeaders, setHeader(HeaderDestination, "127.0.0.1:8001"))
@@ -64,23 +70,23 @@ func benchServe(b *testing.B, g *grpc.Server) extprocv3.ExternalProcessorClient 
 	return extprocv3.NewExternalProcessorClient(conn)
 }
 
-// runDecisions runs b.N BUFFERED exchanges of the given chat bodies on
-// streams concurrent ext_proc streams (each request its own stream, as
-// Envoy opens one per HTTP request) and returns decisions/s.
-func runDecisions(b *testing.B, client extprocv3.ExternalProcessorClient, bodies [][]byte, streams int) float64 {
+// runDecisions runs b.N BUFFERED exchanges of chat bodies on streams
+// concurrent ext_proc streams (each request its own stream, as Envoy opens
+// one per HTTP request) and returns decisions/s. Each exchange carries the
+// next body of w, numbered by *seq, which runs on across calls: no body is
+// sent twice.
+func runDecisions(b *testing.B, client extprocv3.ExternalProcessorClient, w *chatWorkload, seq *atomic.Int64, streams int) float64 {
 	cfg := fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}
-	var next atomic.Int64
+	var done atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	cpu0 := processCPU()
 	for range streams {
 		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				res, err := fakeenvoy.Do(context.Background(), client, cfg, fakeenvoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: bodies[i%len(bodies)]})
+			var body []byte // gRPC has copied it out once Do returns
+			for done.Add(1) <= int64(b.N) {
+				body = w.appendBody(body[:0], int(seq.Add(1)))
+				res, err := fakeenvoy.Do(context.Background(), client, cfg, fakeenvoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: body})
 				if err != nil || res.Headers[HeaderDestination] == "" {
 					b.Errorf("exchange: %v", err)
 					return
@@ -97,7 +103,8 @@ func runDecisions(b *testing.B, client extprocv3.ExternalProcessorClient, bodies
 }
 
 // BenchmarkGRPCDecisions_2kChat measures ext_proc decisions/s for BUFFERED
-// 2k-token chat requests (each with a user turn never seen before) at 1, 8
+// 2k-token chat requests (each with a user turn never seen before, at every
+// stream count: the bodies are numbered through the whole run) at 1, 8
 // and 32 concurrent streams, from the same client (fakeenvoy) in the same
 // run, against two servers:
 //
@@ -112,10 +119,13 @@ func runDecisions(b *testing.B, client extprocv3.ExternalProcessorClient, bodies
 // rate measured just before it (target ≥ 70 %, issue 18).
 func BenchmarkGRPCDecisions_2kChat(b *testing.B) {
 	w := newChatWorkload(b, 2000)
-	bodies := make([][]byte, 4096)
-	for i := range bodies {
-		bodies[i] = w.body(i)
-	}
+	// The index sweeps expired (speculative) entries as a server's does.
+	ctx, stop := context.WithCancel(context.Background())
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() { w.router.ix.Run(ctx) })
+	defer sweeper.Wait()
+	defer stop()
+	var seq atomic.Int64
 	nop := benchServe(b, func() *grpc.Server {
 		// gRPC's defaults: with kvroute's stream workers the nop server was
 		// a few percent slower at one stream and no faster at 8 or 32.
@@ -128,10 +138,10 @@ func BenchmarkGRPCDecisions_2kChat(b *testing.B) {
 	for _, streams := range []int{1, 8, 32} {
 		var ceiling float64
 		b.Run(fmt.Sprintf("streams=%d/server=nop", streams), func(b *testing.B) {
-			ceiling = runDecisions(b, nop, bodies, streams)
+			ceiling = runDecisions(b, nop, w, &seq, streams)
 		})
 		b.Run(fmt.Sprintf("streams=%d/server=kvroute", streams), func(b *testing.B) {
-			rate := runDecisions(b, kv, bodies, streams)
+			rate := runDecisions(b, kv, w, &seq, streams)
 			if ceiling > 0 {
 				b.ReportMetric(100*rate/ceiling, "%-of-nop")
 			}

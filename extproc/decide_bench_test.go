@@ -43,15 +43,12 @@ func loadQwen(b *testing.B) (*tokenize.Tokenizer, *chattemplate.ChatTemplates) {
 	return qwenTok, qwenChat
 }
 
-// templateChat renders chat bodies with a real chat template.
+// templateChat renders chat bodies with a real chat template, as the
+// server's pools do.
 type templateChat struct{ ct *chattemplate.ChatTemplates }
 
 func (c templateChat) AppendChat(dst, body []byte) ([]byte, error) {
-	req, err := chattemplate.ParseChatRequest(body)
-	if err != nil {
-		return dst, err
-	}
-	return c.ct.AppendRequest(dst, req)
+	return c.ct.AppendChat(dst, body)
 }
 
 // proseWords is the vocabulary of the generated English prose.
@@ -98,6 +95,9 @@ type chatWorkload struct {
 	router *Router
 	sys    string
 	user   string // per-request turn; body(i) prefixes it with a unique number
+	// head and tail are body(i) before and after its number (appendBody).
+	piecesOnce sync.Once
+	head, tail string
 }
 
 func newChatWorkload(b *testing.B, tokens int) *chatWorkload {
@@ -142,6 +142,30 @@ func newChatWorkload(b *testing.B, tokens int) *chatWorkload {
 func (w *chatWorkload) body(i int) []byte {
 	return fmt.Appendf(nil, `{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`,
 		w.sys, fmt.Sprintf("Request %d: %s", i, w.user))
+}
+
+// TestChatWorkloadAppendBodyIsBody: appendBody builds body's bytes.
+func TestChatWorkloadAppendBodyIsBody(t *testing.T) {
+	w := &chatWorkload{sys: prose(1, 300), user: prose(2, 100)}
+	for _, i := range []int{0, 7, 4096, 123456789} {
+		if got, want := w.appendBody([]byte("x"), i), append([]byte("x"), w.body(i)...); string(got) != string(want) {
+			t.Fatalf("appendBody(%d) = %.80q…, body = %.80q…", i, got, want)
+		}
+	}
+}
+
+// appendBody appends body(i) to dst from pieces quoted once (a copy of
+// 10 kB instead of quoting it), for clients that build a body per request.
+func (w *chatWorkload) appendBody(dst []byte, i int) []byte {
+	w.piecesOnce.Do(func() {
+		// "Request N: " needs no quoting, so body(i) is head, N, tail.
+		b := string(w.body(0))
+		at := strings.Index(b, `"Request 0: `) + len(`"Request `)
+		w.head, w.tail = b[:at], b[at+1:]
+	})
+	dst = append(dst, w.head...)
+	dst = strconv.AppendInt(dst, int64(i), 10)
+	return append(dst, w.tail...)
 }
 
 // benchDecide measures the in-process decision — body bytes → destination:

@@ -793,14 +793,35 @@ func (r *Router) idle(c *candidate) bool {
 // prompt tokens in the replica's prefill queue, and speculative ownership of
 // its blocks. End must follow when the stream ends.
 func (r *Router) Begin(d *Decision) {
+	r.beginLoad(d)
+	r.beginBlocks(d)
+}
+
+// beginLoad is the first half of Begin: the request in flight and its
+// uncached tokens queued on its replica (and told to the peers). It is
+// cheap and comes before the answer to Envoy, so the request counts as load
+// before it can reach its replica.
+func (r *Router) beginLoad(d *Decision) {
 	if d.Endpoint == nil {
 		return
 	}
 	uncached := max(d.PromptTokens-d.MatchedTokens, 0)
-	d.ticket = r.beginWork(d.Endpoint.Replica, uncached, d.Keys, d.matchedBlocks)
+	d.ticket = r.beginWork(d.Endpoint.Replica, uncached, nil, 0)
 	if s := r.share(); s != nil {
 		d.sharedID = s.Began(SharedWork{Pool: d.Pool, Endpoint: d.Endpoint.Name, Uncached: uncached, Matched: d.matchedBlocks, Keys: d.Keys})
 	}
+}
+
+// beginBlocks is the second half of Begin: the request's matched blocks
+// refreshed and all its blocks stored as speculative on its replica (a lock
+// and a table probe per block). The server runs it just after answering
+// Envoy, off the request's path: a decision made in those microseconds
+// misses the entries, as one made while this decision ran does anyway.
+func (r *Router) beginBlocks(d *Decision) {
+	if d.Endpoint == nil || len(d.Keys) == 0 {
+		return
+	}
+	r.holdBlocks(d.Endpoint.Replica, d.Keys, d.matchedBlocks)
 }
 
 // End releases what Begin recorded.

@@ -356,7 +356,7 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 		st.s.log.Info("routing failed open", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "err", d.Err)
 	}
 	st.decision, st.routed = d, true
-	st.s.router.Begin(&st.decision)
+	st.s.router.beginLoad(&st.decision)
 	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
 		// Checked first: the arguments alone cost eight allocations.
 		st.s.log.Debug("routed", "request_id", st.reqID, "pool", d.Pool, "replica", d.Endpoint.Name,
@@ -375,15 +375,26 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: common}}}
 		}
 		resp.DynamicMetadata = meta
-		return false, st.send(resp)
+		return false, st.sendDecision(resp)
 	}
 	resp := headersResponse(common)
 	resp.DynamicMetadata = meta
 	st.answered = true
-	if err := st.send(resp); err != nil {
+	if err := st.sendDecision(resp); err != nil {
 		return false, err
 	}
 	return false, st.streamBody(body, bodyEOS)
+}
+
+// sendDecision sends the response carrying the routing decision, then
+// records the decision's blocks on its replica (Router.beginBlocks): with
+// the answer already on its way, that work no longer delays the request.
+func (st *stream) sendDecision(resp *extprocv3.ProcessingResponse) error {
+	if err := st.send(resp); err != nil {
+		return err
+	}
+	st.s.router.beginBlocks(&st.decision)
+	return nil
 }
 
 // decideJob is one decision handed to a decider goroutine.

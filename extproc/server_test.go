@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,6 +285,36 @@ func TestSubsetHintRestrictsCandidates(t *testing.T) {
 	req.SubsetHint = []string{"10.9.9.9:1"}
 	if res := h.do(modes[0].cfg, req); res.Status != 503 {
 		t.Fatalf("empty subset: status %d, want 503", res.Status)
+	}
+}
+
+// TestRoutedBlocksAreHeldInEveryMode: the blocks of a routed request are
+// stored as speculative on its replica (after the answer is sent, so for a
+// client that cancels at once they may land a moment after its exchange).
+func TestRoutedBlocksAreHeldInEveryMode(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	for i, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			prompt := fmt.Sprintf("%s and question %d nobody asked before", sharedPrefix, i)
+			keys := h.keysOf(prompt, blockhash.RequestKeys{})
+			dest := h.do(mode.cfg, completion(prompt)).Headers[HeaderDestination]
+			i := slices.IndexFunc(h.eps, func(ep Endpoint) bool { return ep.Address == dest })
+			if i < 0 {
+				t.Fatalf("destination %q is no endpoint", dest)
+			}
+			want := h.eps[i].Replica.ID
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				m := h.ix.LookupRoute(h.pool, keys, nil)
+				if len(m) == 1 && m[0].Replica == want && m[0].Blocks == len(keys) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after routing to replica %d, the index holds %+v of %d blocks", want, m, len(keys))
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
 	}
 }
 

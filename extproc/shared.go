@@ -99,11 +99,17 @@ func (r *Router) beginWork(replica index.Replica, uncached int, keys []index.Blo
 		rate = st.PrefillRate
 	}
 	t := r.ix.BeginWork(replica, max(uncached, 0), rate)
+	r.holdBlocks(replica, keys, matched)
+	return t
+}
+
+// holdBlocks refreshes the first matched of keys on replica and stores them
+// all as speculative there: a request is on its way with them.
+func (r *Router) holdBlocks(replica index.Replica, keys []index.BlockKey, matched int) {
 	if len(keys) > 0 {
 		// The request will hit these on its replica: keep them as fresh
 		// as the engine's LRU does.
 		r.ix.Touch(replica, keys[:matched])
 		r.ix.StoreSpeculative(replica, keys)
 	}
-	return t
 }

@@ -85,9 +85,5 @@ type chatRenderer struct{ ct *chattemplate.ChatTemplates }
 // AppendChat appends the prompt vLLM's chat endpoint renders for an OpenAI
 // chat body to dst.
 func (c chatRenderer) AppendChat(dst, body []byte) ([]byte, error) {
-	req, err := chattemplate.ParseChatRequest(body)
-	if err != nil {
-		return dst, err
-	}
-	return c.ct.AppendRequest(dst, req)
+	return c.ct.AppendChat(dst, body)
 }

@@ -207,34 +207,44 @@ type mergeItem struct {
 
 // encodeWord appends the ids of one pre-tokenized word.
 func (b *bpeModel) encodeWord(ids []int, w string, st *scratch) []int {
+	ids, _ = b.encodeWordHashed(ids, w, 0, false, st)
+	return ids
+}
+
+// encodeWordHashed is encodeWord given, when hashed, w's word-cache hash h.
+// cold reports that w was not among the scratch's recent words (it went to
+// the shared word cache, or to BPE).
+func (b *bpeModel) encodeWordHashed(ids []int, w string, h uint64, hashed bool, st *scratch) (out []int, cold bool) {
 	if w == "" {
-		return ids
+		return ids, false
 	}
 	if b.ignoreMerges {
 		if id, ok := b.vocab[w]; ok {
-			return append(ids, id)
+			return append(ids, id), false
 		}
 	}
 	if len(w) > maxCachedWordBytes {
-		return b.merge(ids, w, st)
+		return b.merge(ids, w, st), true
 	}
-	h := b.cache.hash(w)
+	if !hashed {
+		h = b.cache.hash(w)
+	}
 	if st.recent == nil {
 		st.recent = new(recentWords)
 	}
 	recent := st.recent.slot(h)
 	if out, ok := recent.appendGet(ids, b.cache, w); ok {
-		return out
+		return out, false
 	}
 	start := len(ids)
 	if out, ok := b.cache.appendGet(ids, w, h); ok {
 		recent.put(b.cache, w, out[start:])
-		return out
+		return out, true
 	}
 	ids = b.merge(ids, w, st)
 	b.cache.put(w, h, ids[start:])
 	recent.put(b.cache, w, ids[start:])
-	return ids
+	return ids, true
 }
 
 // initialSymbols appends to syms the ids of the word's characters (bytes

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Word cache bounds: words longer than maxCachedWordBytes are not cached;
@@ -35,7 +36,11 @@ type cacheShard struct {
 	words []byte     // the cached words, back to back
 	ids   []int32    // their ids, back to back
 	n     int        // words held
-	_     [40]byte   // 128 bytes: shards on separate cache lines
+	// base and mask publish slots (address, len-1) for prefetch, which
+	// reads them without the lock (grow sets them under it).
+	base atomic.Uintptr
+	mask atomic.Uint64
+	_    [24]byte // 128 bytes: shards on separate cache lines
 }
 
 // wordSlot locates one cached word in its shard's arenas. tag 0 is empty.
@@ -95,6 +100,16 @@ func (s *cacheShard) find(w string, h uint64, tag uint32) (int, bool) {
 	}
 }
 
+// prefetch asks the CPU to start loading the home slot of a word hashed to
+// h, ahead of its lookup. It takes no lock: a table replaced meanwhile only
+// makes it fetch a useless line.
+func (c *wordCache) prefetch(h uint64) {
+	s, h, _ := c.locate(h)
+	if base := s.base.Load(); base != 0 {
+		prefetch(base + uintptr(h&s.mask.Load())*unsafe.Sizeof(wordSlot{}))
+	}
+}
+
 // put caches ids as the encoding of w (hashed to h, at most
 // maxCachedWordBytes bytes).
 func (c *wordCache) put(w string, h uint64, ids []int) {
@@ -129,6 +144,8 @@ func (c *wordCache) grow(s *cacheShard) {
 	old := s.slots
 	s.slots = make([]wordSlot, max(minShardSlots, 2*len(old)))
 	mask := uint64(len(s.slots) - 1)
+	s.base.Store(uintptr(unsafe.Pointer(&s.slots[0])))
+	s.mask.Store(mask)
 	for _, sl := range old {
 		if sl.tag == 0 {
 			continue

@@ -58,3 +58,24 @@ func TestEncodeAgreesWithAndWithoutRecentWords(t *testing.T) {
 		t.Fatalf("after the cache was replaced %v, want %v", again, first)
 	}
 }
+
+// TestWordCachePrefetchAnyHash: prefetch takes any hash, on an empty cache
+// and on a filled one, and changes nothing a lookup returns.
+func TestWordCachePrefetchAnyHash(t *testing.T) {
+	c := newWordCache()
+	for _, h := range []uint64{0, 1, ^uint64(0), 0x9E3779B97F4A7C15} {
+		c.prefetch(h)
+	}
+	words := []string{"alpha", "beta", "gamma", "delta"}
+	for i, w := range words {
+		c.put(w, c.hash(w), []int{i, i + 1})
+	}
+	for i, w := range words {
+		c.prefetch(c.hash(w))
+		c.prefetch(c.hash(w) ^ 0x5555)
+		got, ok := c.appendGet(nil, w, c.hash(w))
+		if !ok || len(got) != 2 || got[0] != i || got[1] != i+1 {
+			t.Fatalf("%s: %v %v after prefetch", w, got, ok)
+		}
+	}
+}

@@ -213,8 +213,21 @@ func (t *Tokenizer) encodeWords(ids []int, s string, atStart bool, st *scratch) 
 		return t.model.encodeWord(ids, s, st)
 	}
 	words := t.preTokenizer.split(st.words[:0], piece{s, atStart}, st)
-	for _, w := range words {
-		ids = t.model.encodeWord(ids, w.s, st)
+	b := t.model
+	var h uint64 // words[k]'s word-cache hash, when hashed
+	hashed, cold := false, false
+	for k, w := range words {
+		var hNext uint64
+		hashedNext := false
+		if cold && k+1 < len(words) && len(words[k+1].s) <= maxCachedWordBytes {
+			// In a run of words the scratch has not seen, ask for the next
+			// word's slot of the shared word cache now: the work on this
+			// word hides what is otherwise a cache miss a word.
+			hNext, hashedNext = b.cache.hash(words[k+1].s), true
+			b.cache.prefetch(hNext)
+		}
+		ids, cold = b.encodeWordHashed(ids, w.s, h, hashed, st)
+		h, hashed = hNext, hashedNext
 	}
 	st.words = words[:0]
 	return ids
