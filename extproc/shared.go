@@ -103,13 +103,13 @@ func (r *Router) beginWork(replica index.Replica, uncached int, keys []index.Blo
 	return t
 }
 
-// holdBlocks refreshes the first matched of keys on replica and stores them
-// all as speculative there: a request is on its way with them.
+// holdBlocks refreshes the first matched of keys on replica and stores the
+// rest (and any matched ones held only speculatively) as speculative there:
+// a request is on its way with them (index.Hold).
 func (r *Router) holdBlocks(replica index.Replica, keys []index.BlockKey, matched int) {
 	if len(keys) > 0 {
-		// The request will hit these on its replica: keep them as fresh
-		// as the engine's LRU does.
-		r.ix.Touch(replica, keys[:matched])
-		r.ix.StoreSpeculative(replica, keys)
+		// The request will hit the matched ones on its replica: keep them
+		// as fresh as the engine's LRU does; the rest it is about to hold.
+		r.ix.Hold(replica, keys, matched)
 	}
 }

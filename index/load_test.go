@@ -131,3 +131,39 @@ func TestRemoveEndsSpeculation(t *testing.T) {
 	f.ix.Remove(a, ks[1:], TierGPU) // the engine evicted blocks 1 and 2
 	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 1, b.ID: 1})
 }
+
+// TestHoldTouchesWhatIsHeldAndSpeculatesTheRest: for a routed request, the
+// matched blocks its replica holds in the block table are refreshed there
+// (no speculative entry), and every other key — the new blocks, matched
+// ones held only speculatively, or claimed by a replica that does not hold
+// them — is stored speculative.
+func TestHoldTouchesWhatIsHeldAndSpeculatesTheRest(t *testing.T) {
+	f := newFixture(t, 2, Options{TTL: 10 * time.Minute, SpeculativeTTL: 10 * time.Second})
+	a, b := f.r[0], f.r[1]
+	p := f.ix.pool(f.pool)
+	ks := keys(0, 4)
+	f.ix.Store(a, ks[:2], TierGPU)
+	f.clock.Advance(9 * time.Minute)
+	f.ix.Hold(a, ks, 2)
+	if got := p.specs.Load(); got != 2 {
+		t.Fatalf("%d speculative entries, want 2 (the two new blocks only)", got)
+	}
+	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 4})
+	// Matched but held only speculatively: refreshed as speculative.
+	f.ix.Hold(a, ks, 4)
+	if got := p.specs.Load(); got != 2 {
+		t.Fatalf("%d speculative entries after a second request, want 2", got)
+	}
+	// A replica claimed to match blocks it does not hold speculates on all.
+	f.ix.Hold(b, ks, 2)
+	if got := p.specs.Load(); got != 4 {
+		t.Fatalf("%d speculative entries after b, want 4", got)
+	}
+	// The stored blocks were refreshed 9 minutes in: 2 minutes past their
+	// TTL from the store they are still held; the speculation has expired.
+	f.clock.Advance(2 * time.Minute)
+	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 2})
+	// Out of range matched counts are clamped.
+	f.ix.Hold(a, ks, 99)
+	f.ix.Hold(a, ks, -1)
+}

@@ -65,16 +65,16 @@ type shard struct {
 const prefetchAhead = 4
 
 // prefetchBlocks starts fetching the home slots of keys[i+prefetchAhead]
-// in the block table or, with spec, the speculative table; i = -1 starts
-// the first prefetchAhead keys.
-func (p *pool) prefetchBlocks(keys []BlockKey, i int, spec bool) {
+// in the block table or, from index specFrom on, the speculative table;
+// i = -1 starts the first prefetchAhead keys.
+func (p *pool) prefetchBlocks(keys []BlockKey, i, specFrom int) {
 	from := i + prefetchAhead
 	if i < 0 {
 		from = 0
 	}
 	for j := from; j <= i+prefetchAhead && j < len(keys); j++ {
 		s := p.shardOf(keys[j])
-		if spec {
+		if j >= specFrom {
 			s.specHint.Prefetch(uint64(keys[j]))
 		} else {
 			s.mHint.Prefetch(uint64(keys[j]))
@@ -147,9 +147,9 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 	// entries this writer adds before publishing them and looking again
 	// (writeBudget).
 	budget := ix.writeBudget()
-	p.prefetchBlocks(keys, -1, false)
+	p.prefetchBlocks(keys, -1, len(keys))
 	for i, k := range keys {
-		p.prefetchBlocks(keys, i, false)
+		p.prefetchBlocks(keys, i, len(keys))
 		if added >= budget {
 			ix.commitStore(p, rs, &added, &newBlocks)
 			budget = ix.writeBudget()
@@ -220,9 +220,9 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	}
 	bit := uint64(1) << r.ID
 	var dropped, specDropped, lostBlocks int64
-	p.prefetchBlocks(keys, -1, false)
+	p.prefetchBlocks(keys, -1, len(keys))
 	for i, k := range keys {
-		p.prefetchBlocks(keys, i, false)
+		p.prefetchBlocks(keys, i, len(keys))
 		s := p.shardOf(k)
 		s.mu.Lock()
 		if tier == TierGPU && s.spec.Len() > 0 {
@@ -360,18 +360,33 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 // nor scatters before the engine's events arrive. Speculative entries count
 // toward Options.MaxEntries like block entries. With a SpeculativeTTL of 0
 // it does nothing.
-func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
+func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) { ix.Hold(r, keys, 0) }
+
+// Hold is what the router records for a request it routed to r: Touch on
+// keys[:matched], the blocks it will hit there, and StoreSpeculative on the
+// rest, in one pass. A matched block r holds in the block table (within the
+// TTL) is refreshed there and needs no speculative entry; every other key —
+// the request's new blocks, and matched ones r holds only speculatively (KV
+// events off, or not arrived yet) — is stored speculative. With a
+// SpeculativeTTL of 0 it only touches.
+func (ix *Index) Hold(r Replica, keys []BlockKey, matched int) {
 	p := ix.pool(r.Pool)
-	if p == nil || p.live(r) == nil || ix.specTicks == 0 {
+	if p == nil || p.live(r) == nil {
+		return
+	}
+	matched = max(0, min(matched, len(keys)))
+	if ix.specTicks == 0 {
+		ix.Touch(r, keys[:matched])
 		return
 	}
 	bit := uint64(1) << r.ID
-	expires := ix.nowTick() + ix.specTicks
+	now := ix.nowTick()
+	expires := now + ix.specTicks
 	var added int64
 	budget := ix.writeBudget()
-	p.prefetchBlocks(keys, -1, true)
+	p.prefetchBlocks(keys, -1, matched)
 	for i, k := range keys {
-		p.prefetchBlocks(keys, i, true)
+		p.prefetchBlocks(keys, i, matched)
 		if added >= budget {
 			p.specs.Add(added)
 			ix.entries.Add(added)
@@ -380,6 +395,10 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) {
 		}
 		s := p.shardOf(k)
 		s.mu.Lock()
+		if i < matched && ix.touchLocked(s, k, bit, now) {
+			s.mu.Unlock()
+			continue
+		}
 		pe, ok := s.spec.Upsert(uint64(k))
 		se := pe.entry() // se.seen is the expiry tick
 		if !ok {
@@ -450,11 +469,23 @@ func (ix *Index) Touch(r Replica, keys []BlockKey) {
 	for _, k := range keys {
 		s := p.shardOf(k)
 		s.mu.Lock()
-		if i := s.m.Find(uint64(k)); i >= 0 {
-			if pe := s.m.ValueAt(i); pe.entry().held&bit != 0 && now-pe.seen&^cpuFlag <= ix.ttlTicks {
-				pe.seen = now | pe.seen&cpuFlag
-			}
-		}
+		ix.touchLocked(s, k, bit, now)
 		s.mu.Unlock()
 	}
+}
+
+// touchLocked refreshes k in the block table when the replica of bit holds
+// it there within the TTL, and reports whether it did. The shard lock is
+// held.
+func (ix *Index) touchLocked(s *shard, k BlockKey, bit uint64, now uint32) bool {
+	i := s.m.Find(uint64(k))
+	if i < 0 {
+		return false
+	}
+	pe := s.m.ValueAt(i)
+	if pe.entry().held&bit == 0 || now-pe.seen&^cpuFlag > ix.ttlTicks {
+		return false
+	}
+	pe.seen = now | pe.seen&cpuFlag
+	return true
 }
