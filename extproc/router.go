@@ -813,12 +813,13 @@ func (r *Router) beginLoad(d *Decision) {
 }
 
 // beginBlocks is the second half of Begin: the request's matched blocks
-// refreshed and all its blocks stored as speculative on its replica (a lock
-// and a table probe per block). The server runs it just after answering
-// Envoy, off the request's path: a decision made in those microseconds
-// misses the entries, as one made while this decision ran does anyway.
+// refreshed and the rest stored as speculative on its replica (holdBlocks:
+// a lock and a table probe per block). The server runs it just after
+// answering Envoy, off the request's path: a decision made in those
+// microseconds misses the entries, as one made while this decision ran
+// does anyway.
 func (r *Router) beginBlocks(d *Decision) {
-	if d.Endpoint == nil || len(d.Keys) == 0 {
+	if d.Endpoint == nil {
 		return
 	}
 	r.holdBlocks(d.Endpoint.Replica, d.Keys, d.matchedBlocks)

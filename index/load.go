@@ -246,12 +246,13 @@ func (ix *Index) BeginWork(r Replica, tokens int, rate float64) Ticket {
 	}
 	rs.inFlight.Add(1)
 	rs.startedSinceLoad.Add(1)
+	now := ix.now()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	rs.work.drain(ix.now(), rate)
+	rs.work.drain(now, rate)
 	rs.work.rate = rate
 	rs.work.added += float64(max(tokens, 0))
-	rs.recent.add(ix.now())
+	rs.recent.add(now)
 	return Ticket{upTo: rs.work.added}
 }
 
