@@ -25,6 +25,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/kvroute/kvroute/prefetch"
 )
 
 // Table sizing: the most entries per slot before the table grows, and the
@@ -162,7 +164,7 @@ func (h *Hint) Prefetch(k uint64) {
 		return
 	}
 	if n := h.slots.Load(); n > 0 {
-		prefetch(h.base.Load() + uintptr(home(hash(k), int(n)))*uintptr(h.slotSize.Load()))
+		prefetch.Line(h.base.Load() + uintptr(home(hash(k), int(n)))*uintptr(h.slotSize.Load()))
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"unsafe"
+
+	"github.com/kvroute/kvroute/prefetch"
 )
 
 // val is a value of the index's shape: three 32-bit words, 20-byte slots.
@@ -342,6 +344,6 @@ func TestHintFollowsTheSlots(t *testing.T) {
 		t.Fatalf("after shrinking the hint says %d slots, the table has %d", h.slots.Load(), len(m.slots))
 	}
 	for _, addr := range []uintptr{0, 1, ^uintptr(0), h.base.Load() + 1<<40} {
-		prefetch(addr)
+		prefetch.Line(addr)
 	}
 }

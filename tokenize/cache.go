@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/kvroute/kvroute/prefetch"
 )
 
 // Word cache bounds: words longer than maxCachedWordBytes are not cached;
@@ -106,7 +108,7 @@ func (s *cacheShard) find(w string, h uint64, tag uint32) (int, bool) {
 func (c *wordCache) prefetch(h uint64) {
 	s, h, _ := c.locate(h)
 	if base := s.base.Load(); base != 0 {
-		prefetch(base + uintptr(h&s.mask.Load())*unsafe.Sizeof(wordSlot{}))
+		prefetch.Line(base + uintptr(h&s.mask.Load())*unsafe.Sizeof(wordSlot{}))
 	}
 }
 
