@@ -181,11 +181,9 @@ func benchDecide(b *testing.B, tokens int) {
 		b.StopTimer()
 		body := w.body(i)
 		b.StartTimer()
-		c0, t0 := processCPU(), time.Now()
-		d := w.router.Decide("/v1/chat/completions", body, nil)
-		w.router.Begin(&d)
-		w.router.End(&d)
-		lat = append(lat, time.Since(t0))
+		c0 := processCPU()
+		d, took := w.decide(body)
+		lat = append(lat, took)
 		cpu = append(cpu, processCPU()-c0)
 		if d.Endpoint == nil || d.Reason != ReasonHit {
 			b.Fatalf("decision %+v", d)
@@ -197,14 +195,29 @@ func benchDecide(b *testing.B, tokens int) {
 	b.ReportMetric(float64(matched), "matched-tokens")
 }
 
+// decide makes one decision on a chat body as the server does (Decide,
+// Begin, End) and returns it and how long the three took.
+func (w *chatWorkload) decide(body []byte) (Decision, time.Duration) {
+	t0 := time.Now()
+	d := w.router.Decide("/v1/chat/completions", body, nil)
+	w.router.Begin(&d)
+	w.router.End(&d)
+	return d, time.Since(t0)
+}
+
+// reportP50 reports the median of lat as p50-µs (sorting lat).
+func reportP50(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+}
+
 // reportLatency reports the p50 and p99 of a benchmark's per-decision
 // latencies and the p50 of the process CPU time spent during each decision
 // (every thread, GC included), which on a shared machine moves far less
 // than wall time (sorting lat and cpu).
 func reportLatency(b *testing.B, lat, cpu []time.Duration) {
-	slices.Sort(lat)
 	slices.Sort(cpu)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	reportP50(b, lat)
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(cpu[len(cpu)/2].Microseconds()), "p50-cpu-µs")
 }
@@ -258,11 +271,9 @@ func benchDecideCold(b *testing.B, tokens int) {
 		body := fmt.Appendf(nil, `{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`,
 			coldProse(uint64(2*i+100), sysWords), coldProse(uint64(2*i+101), userWords))
 		b.StartTimer()
-		c0, t0 := processCPU(), time.Now()
-		d := w.router.Decide("/v1/chat/completions", body, nil)
-		w.router.Begin(&d)
-		w.router.End(&d)
-		lat = append(lat, time.Since(t0))
+		c0 := processCPU()
+		d, took := w.decide(body)
+		lat = append(lat, took)
 		cpu = append(cpu, processCPU()-c0)
 		if d.Endpoint == nil {
 			b.Fatalf("decision %+v", d)
