@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -452,16 +453,7 @@ func TestAppendRequestRendersWhatRenderRequestRenders(t *testing.T) {
 				var gotErr error
 				buf, gotErr = r.AppendRequest(buf[:len(prefix)], parse())
 				checked++
-				switch {
-				case wantErr != nil || gotErr != nil:
-					if wantErr == nil || gotErr == nil || wantErr.Error() != gotErr.Error() {
-						t.Errorf("%s|%s %v: AppendRequest error %v, RenderRequest error %v", name, ck, extra, gotErr, wantErr)
-					}
-				case string(buf[:len(prefix)]) != string(prefix):
-					t.Errorf("%s|%s %v: the bytes before the prompt changed: %q", name, ck, extra, buf[:len(prefix)])
-				case string(buf[len(prefix):]) != want:
-					t.Errorf("%s|%s %v: %s", name, ck, extra, firstDiff(string(buf[len(prefix):]), want))
-				default:
+				if appendedAsWanted(t, fmt.Sprintf("%s|%s %v: AppendRequest", name, ck, extra), prefix, buf, want, gotErr, wantErr) {
 					rendered++
 				}
 			}
@@ -470,6 +462,26 @@ func TestAppendRequestRendersWhatRenderRequestRenders(t *testing.T) {
 	if checked < 400 || rendered < 200 {
 		t.Errorf("only %d requests checked, %d rendered", checked, rendered)
 	}
+}
+
+// appendedAsWanted checks one append into buf, which began with prefix:
+// failed with wantErr's error, or left prefix alone and appended want. It
+// reports whether a prompt was rendered as wanted.
+func appendedAsWanted(t *testing.T, label string, prefix, buf []byte, want string, gotErr, wantErr error) bool {
+	t.Helper()
+	switch {
+	case wantErr != nil || gotErr != nil:
+		if wantErr == nil || gotErr == nil || wantErr.Error() != gotErr.Error() {
+			t.Errorf("%s error %v, want %v", label, gotErr, wantErr)
+		}
+	case string(buf[:len(prefix)]) != string(prefix):
+		t.Errorf("%s: the bytes before the prompt changed: %q", label, buf[:len(prefix)])
+	case string(buf[len(prefix):]) != want:
+		t.Errorf("%s: %s", label, firstDiff(string(buf[len(prefix):]), want))
+	default:
+		return true
+	}
+	return false
 }
 
 // TestAppendChatRendersWhatParseAndAppendRequestRender: AppendChat, whose
@@ -513,16 +525,7 @@ func TestAppendChatRendersWhatParseAndAppendRequestRender(t *testing.T) {
 			var gotErr error
 			buf, gotErr = c.AppendChat(buf[:len(prefix)], body)
 			checked++
-			switch {
-			case wantErr != nil || gotErr != nil:
-				if wantErr == nil || gotErr == nil || wantErr.Error() != gotErr.Error() {
-					t.Errorf("%s body %d: AppendChat error %v, want %v", name, i, gotErr, wantErr)
-				}
-			case string(buf[:len(prefix)]) != string(prefix):
-				t.Errorf("%s body %d: the bytes before the prompt changed: %q", name, i, buf[:len(prefix)])
-			case string(buf[len(prefix):]) != string(want):
-				t.Errorf("%s body %d: %s", name, i, firstDiff(string(buf[len(prefix):]), string(want)))
-			default:
+			if appendedAsWanted(t, fmt.Sprintf("%s body %d: AppendChat", name, i), prefix, buf, string(want), gotErr, wantErr) {
 				rendered++
 			}
 		}
