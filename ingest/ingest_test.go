@@ -616,7 +616,12 @@ func TestSlowIndexFillsBoundedQueueAndReplayRecovers(t *testing.T) {
 	publish(t, pub, st[stepPrompt], st[stepDecode], st[stepLoRA], st[stepDecode], st[stepLoRA], st[stepDecode])
 	waitFor(t, "queue drops", func() bool { return h.status("r0").QueueDrops >= 1 })
 	close(gate)
-	waitFor(t, "all 6 applied", func() bool { return h.status("r0").LastSeq == 5 })
+	// A replay applies its batches before it counts itself: wait for both
+	// (a fresh-clone CI run saw LastSeq 5 with Replays still 0).
+	waitFor(t, "all 6 applied and the replay counted", func() bool {
+		s := h.status("r0")
+		return s.LastSeq == 5 && s.Replays >= 1
+	})
 	// The dropped batches come back through a replay: the gap replay, or
 	// the first-connect replay when the drops happened before it ran.
 	s := h.status("r0")
