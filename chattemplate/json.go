@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -321,15 +322,28 @@ var jsonPlain = func() (t [256]bool) {
 }()
 
 // plainRun returns the index of the first byte at or after i in s that ends
-// a run of plain string bytes (or len(s)).
+// a run of plain string bytes (or len(s)). It looks at eight bytes at a time
+// (plainWord), then byte by byte from the first word that holds a byte
+// that is not plain.
 func plainRun(s []byte, i int) int {
-	for i+4 <= len(s) && jsonPlain[s[i]] && jsonPlain[s[i+1]] && jsonPlain[s[i+2]] && jsonPlain[s[i+3]] {
-		i += 4
+	for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
+		i += 8
 	}
 	for i < len(s) && jsonPlain[s[i]] {
 		i++
 	}
 	return i
+}
+
+// plainWord reports whether the eight bytes of x are all plain (jsonPlain).
+// A byte of 0x80 or more sets its own top bit (the term x). Otherwise the
+// lowest byte below 0x20 (or, in q and bs, the lowest byte equal to '"' or
+// '\\', zero there) borrows and sets its top bit, and when every byte is
+// plain nothing borrows, so no top bit is set.
+func plainWord(x uint64) bool {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	q, bs := x^'"'*lsb, x^'\\'*lsb
+	return ((x-0x20*lsb)&^x|(q-lsb)&^q|(bs-lsb)&^bs|x)&msb == 0
 }
 
 // internedStrings are the keys and values every chat body repeats, boxed

@@ -24,6 +24,9 @@ func newUnicodeNorm(f norm.Form) unicodeNorm {
 }
 
 func (n unicodeNorm) normalize(s string) string {
+	if isASCII(s) {
+		return s // no form changes ASCII text
+	}
 	out := n.form.String(s)
 	// U+034F in the output that was not in the input was inserted for
 	// stream safety: redo the text exactly.
@@ -34,6 +37,21 @@ func (n unicodeNorm) normalize(s string) string {
 }
 
 const cgj = "\u034F"
+
+// isASCII reports whether s holds bytes below 0x80 only, eight at a time
+// (the compiler reads each group of eight with one load).
+func isASCII(s string) bool {
+	var acc uint64
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		acc |= uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	}
+	for ; i < len(s); i++ {
+		acc |= uint64(s[i])
+	}
+	return acc&0x8080808080808080 == 0
+}
 
 // slow normalizes by UAX #15's algorithm directly: full decomposition one
 // character at a time (never more than 18 code points, so x/text inserts
