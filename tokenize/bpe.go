@@ -235,7 +235,7 @@ func (b *bpeModel) encodeWordHashed(ids []int, w string, h uint64, hashed bool, 
 		return out, false
 	}
 	start := len(ids)
-	ids, _ = b.cache.appendGetOrMerge(ids, w, h, b, st)
+	ids = b.cache.appendGetOrMerge(ids, w, h, b, st)
 	recent.put(b.cache, w, ids[start:])
 	return ids, true
 }

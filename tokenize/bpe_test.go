@@ -50,8 +50,8 @@ var mergeModels = []string{"qwen3", "llama3_1", "gemma3"}
 // heap merge, and fails when they differ.
 func checkMergeSmall(t *testing.T, b *bpeModel, name, w string) {
 	syms := b.initialSymbols(w, nil)
-	if len(syms) > maxScanSymbols {
-		return
+	if len(syms) == 0 || len(syms) > maxScanSymbols {
+		return // merge is never asked for an empty word; long ones go to the heap
 	}
 	st := getScratch()
 	defer putScratch(st)
@@ -80,7 +80,7 @@ func TestMergeSmallMatchesReference(t *testing.T) {
 
 // FuzzMergeSmallMatchesReference runs the oracles on arbitrary words.
 func FuzzMergeSmallMatchesReference(f *testing.F) {
-	for _, w := range []string{"hello", " kranlomp", "ababababab", "中文字", "▁▁x", "\xff\xfe", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"} {
+	for _, w := range []string{"", "hello", " kranlomp", "ababababab", "中文字", "▁▁x", "\xff\xfe", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"} {
 		f.Add(w)
 	}
 	models := make([]*bpeModel, len(mergeModels))

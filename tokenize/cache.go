@@ -110,24 +110,24 @@ func (c *wordCache) prefetch(h uint64) {
 }
 
 // appendGetOrMerge appends the ids of w (hashed to h, at most
-// maxCachedWordBytes bytes) to dst: the cached ones (hit), or those b.merge
+// maxCachedWordBytes bytes) to dst: the cached ones, or those b.merge
 // makes, which it caches. The shard stays locked while b merges the word (a
 // few hundred nanoseconds), so a miss costs one lock and one probe, and the
 // CPU runs the merge while the probe's slot is still being loaded.
-func (c *wordCache) appendGetOrMerge(dst []int, w string, h uint64, b *bpeModel, st *scratch) (out []int, hit bool) {
+func (c *wordCache) appendGetOrMerge(dst []int, w string, h uint64, b *bpeModel, st *scratch) []int {
 	s, h, tag := c.locate(h)
 	s.mu.Lock()
 	i, ok := s.find(w, h, tag)
 	if ok {
 		dst = s.appendIDs(dst, i)
 		s.mu.Unlock()
-		return dst, true
+		return dst
 	}
 	start := len(dst)
 	dst = b.merge(dst, w, st)
 	c.insert(s, w, h, tag, i, dst[start:])
 	s.mu.Unlock()
-	return dst, false
+	return dst
 }
 
 // appendIDs appends the ids of the word in slot i.
