@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/internal/testdata"
@@ -153,6 +155,56 @@ func BenchmarkEncodeCold(b *testing.B) {
 			tok.Encode(text, true)
 		}
 	})
+}
+
+// madeUpSyllables build the never-seen words of BenchmarkEncodeNewWords.
+var madeUpSyllables = strings.Fields(`ka lo mi ne su ta ri vo pe zu ga hi jo ke la mu no pi qu re si to
+va we xi yo za bar cel dun fim gor hest jul kran lomp mirt nosk palt quen rusk sarn telp
+umb vask wirl yomp zent brel crom dwin flak grum hirl jask klet`)
+
+// madeUpText returns prose of n made-up words (2–4 syllables from a space
+// of ~9M words), a sentence every 12, so a word cache rarely has them:
+// the words of extproc's cold decision benchmarks.
+func madeUpText(seed uint64, n int) string {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	var b strings.Builder
+	for i := range n {
+		for range 2 + rng.IntN(3) {
+			b.WriteString(madeUpSyllables[rng.IntN(len(madeUpSyllables))])
+		}
+		if i%12 == 11 {
+			b.WriteString(". ")
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// BenchmarkEncodeNewWords encodes 2,000 made-up words (~8k tokens), new
+// text every call (built outside the timer), with the word and segment
+// caches left as earlier calls filled them: the tokenizer's part of
+// extproc's BenchmarkDecide_Chat8kCold. Reports the median call.
+func BenchmarkEncodeNewWords(b *testing.B) {
+	for _, name := range benchModels {
+		b.Run(name, func(b *testing.B) {
+			tok := loadTokenizer(b, name, false)
+			var lat []time.Duration
+			var ids []int
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				text := madeUpText(uint64(i), 2000)
+				b.StartTimer()
+				t0 := time.Now()
+				ids = tok.AppendEncode(ids[:0], text, false)
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(len(ids)), "tokens/op")
+		})
+	}
 }
 
 // BenchmarkEncodeParallel is BenchmarkEncodeWarm on every core at once.

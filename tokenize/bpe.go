@@ -109,6 +109,7 @@ func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 			return nil, err
 		}
 	}
+	b.merges.numberedInOrder()
 	return b, nil
 }
 
@@ -194,9 +195,6 @@ type symbol struct {
 	dead       bool
 }
 
-// noMerge is the rank of a pair that has no merge.
-const noMerge = int32(1<<31 - 1)
-
 // maxScanSymbols is the longest word (in initial symbols) mergeSmall
 // merges; longer ones go to mergeHeap.
 const maxScanSymbols = 48
@@ -237,12 +235,7 @@ func (b *bpeModel) encodeWordHashed(ids []int, w string, h uint64, hashed bool, 
 		return out, false
 	}
 	start := len(ids)
-	if out, ok := b.cache.appendGet(ids, w, h); ok {
-		recent.put(b.cache, w, out[start:])
-		return out, true
-	}
-	ids = b.merge(ids, w, st)
-	b.cache.put(w, h, ids[start:])
+	ids = b.cache.appendGetOrMerge(ids, w, h, b, st)
 	recent.put(b.cache, w, ids[start:])
 	return ids, true
 }
@@ -342,32 +335,41 @@ func (b *bpeModel) mergeSmall(syms []int32, st *scratch) []int32 {
 	if len(syms) < 2 {
 		return syms
 	}
-	pc := st.pairCacheFor(b)
+	mt := b.merges
 	ranks := st.ranks[:0]
 	for i := 1; i < len(syms); i++ {
-		ranks = append(ranks, b.mergeOf(pc, syms[i-1], syms[i]))
+		r, ok := mt.cachedRank(syms[i-1], syms[i])
+		if !ok {
+			r = mt.fillRank(syms[i-1], syms[i])
+		}
+		ranks = append(ranks, r)
 	}
 	st.ranks = ranks[:0]
 	for {
-		best, bestRank := -1, noMerge
+		// The lowest rank, leftmost among equals: the least rank<<8|i, one
+		// compare an element.
+		m := uint64(noMerge)<<8 | 0xff
 		for i, r := range ranks {
-			if r < bestRank {
-				best, bestRank = i, r
+			if k := uint64(r)<<8 | uint64(i); k < m {
+				m = k
 			}
 		}
-		if best < 0 {
+		bestRank, best := int32(m>>8), int(m&0xff)
+		if bestRank == noMerge {
 			return syms
 		}
-		syms[best] = b.merges.ids[bestRank]
+		syms[best] = mt.merged(bestRank)
 		copy(syms[best+1:], syms[best+2:])
 		syms = syms[:len(syms)-1]
 		copy(ranks[best:], ranks[best+1:])
 		ranks = ranks[:len(ranks)-1]
-		if best < len(ranks) {
-			ranks[best] = b.mergeOf(pc, syms[best], syms[best+1])
-		}
-		if best > 0 {
-			ranks[best-1] = b.mergeOf(pc, syms[best-1], syms[best])
+		// The pairs the join changed: (best-1, best) and (best, best+1).
+		for i := max(best, 1); i <= min(best+1, len(syms)-1); i++ {
+			r, ok := mt.cachedRank(syms[i-1], syms[i])
+			if !ok {
+				r = mt.fillRank(syms[i-1], syms[i])
+			}
+			ranks[i-1] = r
 		}
 	}
 }
@@ -434,9 +436,9 @@ func (b *bpeModel) mergeHeap(ids []int32, st *scratch) []int32 {
 		}
 		// As the Rust library does, a queued merge still applies when the
 		// pair now at its place merges into the same token.
-		id := b.merges.ids[it.rank]
+		id := b.merges.merged(it.rank)
 		r := b.merges.rank(s.id, syms[s.next].id)
-		if r == noMerge || b.merges.ids[r] != id {
+		if r == noMerge || b.merges.merged(r) != id {
 			continue
 		}
 		nx := s.next
@@ -476,65 +478,7 @@ type scratch struct {
 	ranks      []int32  // their pairs' ranks (mergeSmall)
 	list       []symbol // mergeHeap's linked list
 	heap       []mergeItem
-	pairs      *pairCache   // lazily allocated; see pairCacheFor
 	recent     *recentWords // lazily allocated
-}
-
-// pairCacheBits sizes pairCache: 2^12 slots of 8 bytes (32 KiB) stay in the
-// CPU's L1 cache, where the merges table (~2 MiB for 150k merges) does not.
-const pairCacheBits = 12
-
-// pairCache is a direct-mapped cache of merges-table answers (hits and
-// misses) in front of one model's merges table. Words share most of their
-// pairs, so BPE on words the word cache has not seen mostly hits here
-// instead of missing the CPU cache on the table. It is exact: a slot holds
-// its full pair.
-type pairCache struct {
-	owner *bpeModel
-	slots [1 << pairCacheBits]uint64 // pair<<mergeRankBits | rank+1, or cachedNoMerge; emptyPairSlot when empty
-}
-
-const (
-	// cachedNoMerge in a slot's rank field: the pair has no merge (rank+1
-	// is at most maxMergeRank+1 < rankMask).
-	cachedNoMerge = rankMask
-	// emptyPairSlot holds the pair (maxMergeID, maxMergeID), which no two
-	// vocabulary ids make.
-	emptyPairSlot = ^uint64(0)
-)
-
-// pairCacheFor returns the scratch's pair cache, emptied when it last served
-// another model (the scratch pool is shared by every tokenizer).
-func (st *scratch) pairCacheFor(b *bpeModel) *pairCache {
-	if st.pairs == nil {
-		st.pairs = new(pairCache)
-	}
-	if pc := st.pairs; pc.owner != b {
-		pc.owner = b
-		for i := range pc.slots {
-			pc.slots[i] = emptyPairSlot
-		}
-	}
-	return st.pairs
-}
-
-// mergeOf is b.merges.rank(a, c) through the pair cache.
-func (b *bpeModel) mergeOf(pc *pairCache, a, c int32) int32 {
-	pair := packPair(a, c)
-	sl := &pc.slots[(pair*0x9E3779B97F4A7C15)>>(64-pairCacheBits)]
-	if e := *sl; e>>mergeRankBits == pair {
-		if f := e & rankMask; f != cachedNoMerge {
-			return int32(f) - 1
-		}
-		return noMerge
-	}
-	r := b.merges.rank(a, c)
-	f := uint64(cachedNoMerge)
-	if r != noMerge {
-		f = uint64(r) + 1
-	}
-	*sl = pair<<mergeRankBits | f
-	return r
 }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}

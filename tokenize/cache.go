@@ -76,10 +76,7 @@ func (c *wordCache) appendGet(dst []int, w string, h uint64) ([]int, bool) {
 	s.mu.Lock()
 	i, ok := s.find(w, h, tag)
 	if ok {
-		sl := s.slots[i]
-		for _, id := range s.ids[sl.idsOff : sl.idsOff+uint32(sl.idsCount)] {
-			dst = append(dst, int(id))
-		}
+		dst = s.appendIDs(dst, i)
 	}
 	s.mu.Unlock()
 	return dst, ok
@@ -112,25 +109,62 @@ func (c *wordCache) prefetch(h uint64) {
 	}
 }
 
+// appendGetOrMerge appends the ids of w (hashed to h, at most
+// maxCachedWordBytes bytes) to dst: the cached ones, or those b.merge
+// makes, which it caches. The shard stays locked while b merges the word (a
+// few hundred nanoseconds), so a miss costs one lock and one probe, and the
+// CPU runs the merge while the probe's slot is still being loaded.
+func (c *wordCache) appendGetOrMerge(dst []int, w string, h uint64, b *bpeModel, st *scratch) []int {
+	s, h, tag := c.locate(h)
+	s.mu.Lock()
+	i, ok := s.find(w, h, tag)
+	if ok {
+		dst = s.appendIDs(dst, i)
+		s.mu.Unlock()
+		return dst
+	}
+	start := len(dst)
+	dst = b.merge(dst, w, st)
+	c.insert(s, w, h, tag, i, dst[start:])
+	s.mu.Unlock()
+	return dst
+}
+
+// appendIDs appends the ids of the word in slot i.
+func (s *cacheShard) appendIDs(dst []int, i int) []int {
+	sl := s.slots[i]
+	for _, id := range s.ids[sl.idsOff : sl.idsOff+uint32(sl.idsCount)] {
+		dst = append(dst, int(id))
+	}
+	return dst
+}
+
 // put caches ids as the encoding of w (hashed to h, at most
 // maxCachedWordBytes bytes).
 func (c *wordCache) put(w string, h uint64, ids []int) {
-	if len(w) > maxCachedWordBytes || len(ids) > 255 {
-		return
-	}
 	s, h, tag := c.locate(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n >= c.shardWords {
-		clear(s.slots)
-		s.words, s.ids, s.n = s.words[:0], s.ids[:0], 0
+	if i, ok := s.find(w, h, tag); !ok {
+		c.insert(s, w, h, tag, i, ids)
 	}
-	if 2*(s.n+1) > len(s.slots) {
-		c.grow(s)
+}
+
+// insert caches ids for w, which is not in locked shard s; i is the empty
+// slot find returned for it.
+func (c *wordCache) insert(s *cacheShard, w string, h uint64, tag uint32, i int, ids []int) {
+	if len(w) > maxCachedWordBytes || len(ids) > 255 {
+		return
 	}
-	i, ok := s.find(w, h, tag)
-	if ok {
-		return // another goroutine cached it meanwhile
+	if s.n >= c.shardWords || 2*(s.n+1) > len(s.slots) {
+		if s.n >= c.shardWords {
+			clear(s.slots)
+			s.words, s.ids, s.n = s.words[:0], s.ids[:0], 0
+		}
+		if 2*(s.n+1) > len(s.slots) {
+			c.grow(s)
+		}
+		i, _ = s.find(w, h, tag)
 	}
 	s.slots[i] = wordSlot{tag: tag, wordOff: uint32(len(s.words)), idsOff: uint32(len(s.ids)), wordLen: uint8(len(w)), idsCount: uint8(len(ids))}
 	s.words = append(s.words, w...)

@@ -41,13 +41,51 @@ func TestMergeTableEqualsMap(t *testing.T) {
 				}
 				continue
 			}
-			if r != m.rank || tab.ids[r] != m.id {
-				t.Fatalf("(%d, %d): rank %d id %d, want %d %d", a, b, r, tab.ids[r], m.rank, m.id)
+			if r != m.rank || tab.merged(r) != m.id {
+				t.Fatalf("(%d, %d): rank %d id %d, want %d %d", a, b, r, tab.merged(r), m.rank, m.id)
 			}
 		}
 	}
 	if r := tab.rank(maxMergeID-1, maxMergeID-1); r != want[pair{maxMergeID - 1, maxMergeID - 1}].rank {
 		t.Errorf("largest ids: rank %d", r)
+	}
+}
+
+// TestMergedIDsInRankOrderNeedNoTable: merged ids numbered in merge order
+// are computed from the rank; any other numbering keeps the ids table.
+func TestMergedIDsInRankOrderNeedNoTable(t *testing.T) {
+	for _, swap := range []bool{false, true} {
+		tab := newMergeTable(100)
+		for rank := range 100 {
+			id := 500 + rank
+			if swap && rank >= 98 {
+				id = 500 + 197 - rank // ranks 98 and 99 trade ids
+			}
+			if err := tab.add(rank, rank+1, id, rank); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tab.numberedInOrder()
+		if inOrder := tab.ids == nil; inOrder == swap {
+			t.Errorf("swap %v: ids table dropped %v", swap, inOrder)
+		}
+		for rank := range int32(100) {
+			want := 500 + rank
+			if swap && rank >= 98 {
+				want = 500 + 197 - rank
+			}
+			if got := tab.merged(tab.rank(rank, rank+1)); got != want {
+				t.Errorf("swap %v: rank %d merges into %d, want %d", swap, rank, got, want)
+			}
+		}
+	}
+	// Both ways are in the golden tests: Qwen3 numbers its merges in
+	// order, Llama 3 does not.
+	if tok := loadTokenizer(t, "qwen3", true); tok.model.merges.ids != nil {
+		t.Error("qwen3: merged ids not found in rank order")
+	}
+	if tok := loadTokenizer(t, "llama3_1", true); tok.model.merges.ids == nil {
+		t.Error("llama3_1: merged ids found in rank order")
 	}
 }
 
