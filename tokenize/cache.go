@@ -117,16 +117,14 @@ func (c *wordCache) prefetch(h uint64) {
 func (c *wordCache) appendGetOrMerge(dst []int, w string, h uint64, b *bpeModel, st *scratch) []int {
 	s, h, tag := c.locate(h)
 	s.mu.Lock()
+	defer s.mu.Unlock() // deferred: a panic in merge (a bug) must not leave the shard locked
 	i, ok := s.find(w, h, tag)
 	if ok {
-		dst = s.appendIDs(dst, i)
-		s.mu.Unlock()
-		return dst
+		return s.appendIDs(dst, i)
 	}
 	start := len(dst)
 	dst = b.merge(dst, w, st)
 	c.insert(s, w, h, tag, i, dst[start:])
-	s.mu.Unlock()
 	return dst
 }
 
