@@ -42,6 +42,11 @@ const (
 	minSlots                           = 8
 	// shrinkMinSlots is the smallest table Shrink rebuilds.
 	shrinkMinSlots = 4096
+	// hugeAdviseBytes is the smallest table whose memory resize asks the
+	// kernel to back with huge pages (adviseHuge). Below it the advice
+	// would mostly cover other heap memory; at 256 KiB a 64-shard index
+	// shard table qualifies from about 11k entries (docs/PERFORMANCE.md).
+	hugeAdviseBytes = 256 << 10
 )
 
 // Map maps uint64 keys to values of type V. V should hold no pointers (the
@@ -417,6 +422,9 @@ func (m *Map[V]) Shrink() bool {
 func (m *Map[V]) resize(slots int) {
 	old := m.slots
 	m.slots, m.n = make([]slot[V], slots), 0
+	if size := uintptr(slots) * unsafe.Sizeof(m.slots[0]); size >= hugeAdviseBytes {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(m.slots)), size) // before the slots are first written
+	}
 	defer m.publish()
 	start := 0
 	for start < len(old) && old[start].h0|old[start].h1 != 0 {
