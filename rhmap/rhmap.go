@@ -16,7 +16,9 @@
 // the stored hash. Hash 0 (key 0) marks an empty slot; the entry of key 0 is
 // held beside the slots. A hash packs into two 32-bit words, so a slot is 8
 // bytes plus the value with no padding when the value is made of 32-bit
-// words: 20 bytes for a 12-byte value (the index), 16 for a uint64.
+// words: 20 bytes for a 12-byte value (the index), 16 for a uint64. On
+// Linux the memory of a large table is advised for transparent huge pages
+// (adviseHuge).
 package rhmap
 
 import (
