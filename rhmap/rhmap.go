@@ -16,7 +16,9 @@
 // the stored hash. Hash 0 (key 0) marks an empty slot; the entry of key 0 is
 // held beside the slots. A hash packs into two 32-bit words, so a slot is 8
 // bytes plus the value with no padding when the value is made of 32-bit
-// words: 20 bytes for a 12-byte value (the index), 16 for a uint64.
+// words: 20 bytes for a 12-byte value (the index), 16 for a uint64. On
+// Linux the memory of a large table is advised for transparent huge pages
+// (adviseHuge).
 package rhmap
 
 import (
@@ -42,6 +44,11 @@ const (
 	minSlots                           = 8
 	// shrinkMinSlots is the smallest table Shrink rebuilds.
 	shrinkMinSlots = 4096
+	// hugeAdviseBytes is the smallest table whose memory resize asks the
+	// kernel to back with huge pages (adviseHuge). Below it the advice
+	// would mostly cover other heap memory; at 256 KiB a 64-shard index
+	// shard table qualifies from about 11k entries (docs/PERFORMANCE.md).
+	hugeAdviseBytes = 256 << 10
 )
 
 // Map maps uint64 keys to values of type V. V should hold no pointers (the
@@ -417,6 +424,9 @@ func (m *Map[V]) Shrink() bool {
 func (m *Map[V]) resize(slots int) {
 	old := m.slots
 	m.slots, m.n = make([]slot[V], slots), 0
+	if size := uintptr(slots) * unsafe.Sizeof(m.slots[0]); size >= hugeAdviseBytes {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(m.slots)), size) // before the slots are first written
+	}
 	defer m.publish()
 	start := 0
 	for start < len(old) && old[start].h0|old[start].h1 != 0 {

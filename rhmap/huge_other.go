@@ -1,0 +1,8 @@
+//go:build !linux
+
+package rhmap
+
+import "unsafe"
+
+// adviseHuge does nothing off Linux (huge_linux.go).
+func adviseHuge(unsafe.Pointer, uintptr) {}
