@@ -231,29 +231,6 @@ func BenchmarkDecide_Chat8k(b *testing.B) { benchDecide(b, 8000) }
 // BenchmarkDecide_Chat100k: target p50 ≤ 25 ms.
 func BenchmarkDecide_Chat100k(b *testing.B) { benchDecide(b, 100000) }
 
-// syllables build the never-seen words of the cold benchmarks.
-var syllables = strings.Fields(`ka lo mi ne su ta ri vo pe zu ga hi jo ke la mu no pi qu re si to
-va we xi yo za bar cel dun fim gor hest jul kran lomp mirt nosk palt quen rusk sarn telp
-umb vask wirl yomp zent brel crom dwin flak grum hirl jask klet`)
-
-// coldProse is prose of made-up words (2–4 syllables from a space of ~9M),
-// so a tokenizer's word cache almost never has them.
-func coldProse(seed uint64, words int) string {
-	rng := rand.New(rand.NewPCG(seed, 11))
-	var b strings.Builder
-	for i := 0; i < words; i++ {
-		for range 2 + rng.IntN(3) {
-			b.WriteString(syllables[rng.IntN(len(syllables))])
-		}
-		if i%12 == 11 {
-			b.WriteString(". ")
-		} else {
-			b.WriteByte(' ')
-		}
-	}
-	return b.String()
-}
-
 // benchDecideCold is benchDecide with every request new throughout: a system
 // prompt never seen (the segment cache misses) made of words never seen (the
 // word cache misses, BPE runs on every word), no prefix held anywhere. Bodies
@@ -269,7 +246,7 @@ func benchDecideCold(b *testing.B, tokens int) {
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		body := fmt.Appendf(nil, `{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`,
-			coldProse(uint64(2*i+100), sysWords), coldProse(uint64(2*i+101), userWords))
+			testdata.MadeUpProse(uint64(2*i+100), sysWords), testdata.MadeUpProse(uint64(2*i+101), userWords))
 		b.StartTimer()
 		c0 := processCPU()
 		d, took := w.decide(body)

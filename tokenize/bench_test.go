@@ -157,30 +157,6 @@ func BenchmarkEncodeCold(b *testing.B) {
 	})
 }
 
-// madeUpSyllables build the never-seen words of BenchmarkEncodeNewWords.
-var madeUpSyllables = strings.Fields(`ka lo mi ne su ta ri vo pe zu ga hi jo ke la mu no pi qu re si to
-va we xi yo za bar cel dun fim gor hest jul kran lomp mirt nosk palt quen rusk sarn telp
-umb vask wirl yomp zent brel crom dwin flak grum hirl jask klet`)
-
-// madeUpText returns prose of n made-up words (2–4 syllables from a space
-// of ~9M words), a sentence every 12, so a word cache rarely has them:
-// the words of extproc's cold decision benchmarks.
-func madeUpText(seed uint64, n int) string {
-	rng := rand.New(rand.NewPCG(seed, 11))
-	var b strings.Builder
-	for i := range n {
-		for range 2 + rng.IntN(3) {
-			b.WriteString(madeUpSyllables[rng.IntN(len(madeUpSyllables))])
-		}
-		if i%12 == 11 {
-			b.WriteString(". ")
-		} else {
-			b.WriteByte(' ')
-		}
-	}
-	return b.String()
-}
-
 // BenchmarkEncodeNewWords encodes 2,000 made-up words (~8k tokens), new
 // text every call (built outside the timer), with the word and segment
 // caches left as earlier calls filled them: the tokenizer's part of
@@ -193,7 +169,7 @@ func BenchmarkEncodeNewWords(b *testing.B) {
 			var ids []int
 			for i := 0; b.Loop(); i++ {
 				b.StopTimer()
-				text := madeUpText(uint64(i), 2000)
+				text := testdata.MadeUpProse(uint64(i), 2000)
 				b.StartTimer()
 				t0 := time.Now()
 				ids = tok.AppendEncode(ids[:0], text, false)

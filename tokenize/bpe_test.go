@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // mergeSmallReference is mergeSmall as it was before the shared pair cache
@@ -66,7 +68,7 @@ func checkMergeSmall(t *testing.T, b *bpeModel, name, w string) {
 // TestMergeSmallMatchesReference runs the oracles on made-up and English
 // words, every word twice (the second time from a filled pair cache).
 func TestMergeSmallMatchesReference(t *testing.T) {
-	words := append(strings.Fields(madeUpText(1, 3000)), benchWords...)
+	words := append(strings.Fields(testdata.MadeUpProse(1, 3000)), benchWords...)
 	for _, name := range mergeModels {
 		b := loadTokenizer(t, name, true).model
 		for range 2 {
