@@ -210,6 +210,11 @@ func buildAdded(tokens []addedTokenJSON, norm normalizer) (raw, normed *addedMat
 		if a.ID == nil || *a.ID < 0 {
 			return nil, nil, fmt.Errorf("added_tokens[%d]: missing or negative id", i)
 		}
+		if *a.ID >= maxMergeID {
+			// Vocabulary ids are bounded the same way (buildBPE); the segment
+			// cache keeps ids as int32.
+			return nil, nil, fmt.Errorf("%w: added_tokens[%d]: id %d (ids must be in [0, %d))", ErrUnsupported, i, *a.ID, maxMergeID)
+		}
 		if a.Content == "" {
 			return nil, nil, fmt.Errorf("added_tokens[%d]: empty content", i)
 		}

@@ -123,3 +123,29 @@ func TestWordCacheFindsWordsAfterGrowing(t *testing.T) {
 		}
 	}
 }
+
+// Added tokens' ids are bounded as the vocabulary's are: the segment cache
+// keeps ids as int32, and an id the bound admits comes back whole from it.
+func TestLoadRejectsAddedTokenIDsOverTheBound(t *testing.T) {
+	added := func(id string) string {
+		return `{"added_tokens":[{"id":` + id + `,"content":"<x>","special":true}],` +
+			`"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}}`
+	}
+	for _, id := range []string{"2097151", "4294967296"} {
+		if _, err := Parse([]byte(added(id)), nil, Options{}); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("added token id %s: err %v, want ErrUnsupported", id, err)
+		}
+	}
+	tok, err := Parse([]byte(added("2097150")), nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The text after the added token is a cacheable segment; ask twice so
+	// the second answer comes from the segment cache.
+	text := "<x>" + strings.Repeat("ab", 40)
+	for range 2 {
+		if got := tok.Encode(text, false); len(got) != 41 || got[0] != 2097150 || got[1] != 2 {
+			t.Fatalf("ids %v, want 2097150 then forty 2s", got)
+		}
+	}
+}

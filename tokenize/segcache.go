@@ -26,7 +26,7 @@ const (
 )
 
 // segmentCache maps (segment text, at start) to ids. Each shard holds at
-// most its share of the byte budget (text + 8 bytes per id + overhead) and
+// most its share of the byte budget (text + 4 bytes per id + overhead) and
 // evicts with the CLOCK algorithm: a hit sets an entry's reference bit,
 // the hand clears set bits and evicts the first entry found clear. Safe
 // for concurrent use; entries are immutable once published.
@@ -50,7 +50,7 @@ type segmentEntry struct {
 	key     uint64
 	text    string
 	atStart bool
-	ids     []int
+	ids     []int32 // ids are below maxMergeID (2^21), so int32 holds them at half the bytes
 	cost    int
 	slot    int // index in its shard's ring
 	ref     atomic.Bool
@@ -79,7 +79,7 @@ func (c *segmentCache) key(seg string, atStart bool) uint64 {
 
 // get returns the ids of seg when cached. The hash picks the entry; the
 // text comparison makes a hit exact.
-func (c *segmentCache) get(seg string, atStart bool) ([]int, bool) {
+func (c *segmentCache) get(seg string, atStart bool) ([]int32, bool) {
 	k := c.key(seg, atStart)
 	s := &c.shards[k%segmentShards]
 	s.mu.RLock()
@@ -101,9 +101,12 @@ func (c *segmentCache) put(seg string, atStart bool, ids []int) {
 		key:     k,
 		text:    strings.Clone(seg), // own the bytes: seg may point into a large request
 		atStart: atStart,
-		ids:     append([]int(nil), ids...),
+		ids:     make([]int32, len(ids)),
 	}
-	e.cost = len(seg) + 8*len(ids) + segmentEntryOverhead
+	for i, id := range ids {
+		e.ids[i] = int32(id)
+	}
+	e.cost = len(seg) + 4*len(ids) + segmentEntryOverhead
 	if e.cost > c.shardBudget/4 {
 		return
 	}

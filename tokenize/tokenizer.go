@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -178,7 +179,10 @@ func (t *Tokenizer) encodeText(ids []int, text string, st *scratch) []int {
 			return
 		}
 		if hit, ok := t.segments.get(seg, atStart); ok {
-			ids = append(ids, hit...)
+			ids = slices.Grow(ids, len(hit))
+			for _, id := range hit {
+				ids = append(ids, int(id))
+			}
 			return
 		}
 		from := len(ids)
