@@ -430,14 +430,9 @@ func TestChatTemplatesPickToolUseForRequestsWithTools(t *testing.T) {
 // continue_final_message (which cuts the rendered text).
 func TestAppendRequestRendersWhatRenderRequestRenders(t *testing.T) {
 	templates, convs, _ := loadConformance(t)
-	prefix := []byte("bytes before the prompt|")
-	buf := append([]byte(nil), prefix...)
-	checked, rendered := 0, 0
+	var ac appendCheck
 	for name, src := range templates {
-		r, err := NewRenderer(src, conformanceSpecials, frozenNow)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		r := conformanceRenderer(t, name, src)
 		for _, ck := range convs.Keys() {
 			conv, _ := convs.Get(ck)
 			for _, extra := range []map[string]any{nil, {"add_generation_prompt": false, "continue_final_message": true}} {
@@ -450,38 +445,68 @@ func TestAppendRequestRendersWhatRenderRequestRenders(t *testing.T) {
 					return req
 				}
 				want, wantErr := r.RenderRequest(parse())
-				var gotErr error
-				buf, gotErr = r.AppendRequest(buf[:len(prefix)], parse())
-				checked++
-				if appendedAsWanted(t, fmt.Sprintf("%s|%s %v: AppendRequest", name, ck, extra), prefix, buf, want, gotErr, wantErr) {
-					rendered++
-				}
+				got, gotErr := r.AppendRequest(ac.dst(), parse())
+				ac.check(t, fmt.Sprintf("%s|%s %v: AppendRequest", name, ck, extra), got, want, gotErr, wantErr)
 			}
 		}
 	}
-	if checked < 400 || rendered < 200 {
-		t.Errorf("only %d requests checked, %d rendered", checked, rendered)
-	}
+	ac.enough(t)
 }
 
-// appendedAsWanted checks one append into buf, which began with prefix:
-// failed with wantErr's error, or left prefix alone and appended want. It
-// reports whether a prompt was rendered as wanted.
-func appendedAsWanted(t *testing.T, label string, prefix, buf []byte, want string, gotErr, wantErr error) bool {
+// conformanceRenderer is the Renderer of testdata template name.
+func conformanceRenderer(t *testing.T, name, src string) *Renderer {
 	t.Helper()
+	r, err := NewRenderer(src, conformanceSpecials, frozenNow)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return r
+}
+
+// appendPrefix is what every append of an appendCheck lands after.
+const appendPrefix = "bytes before the prompt|"
+
+// appendCheck checks appends made one after another into one reused
+// buffer that starts with other bytes (appendPrefix), and counts them.
+type appendCheck struct {
+	buf               []byte
+	checked, rendered int
+}
+
+// dst is the buffer to append the next prompt to.
+func (a *appendCheck) dst() []byte {
+	if a.buf == nil {
+		a.buf = []byte(appendPrefix)
+	}
+	return a.buf[:len(appendPrefix)]
+}
+
+// check checks one append into dst() that returned buf: failed with
+// wantErr's error, or left the prefix alone and appended want.
+func (a *appendCheck) check(t *testing.T, label string, buf []byte, want string, gotErr, wantErr error) {
+	t.Helper()
+	a.checked++
+	a.buf = buf // reused next, as a caller reuses what it was given back
 	switch {
 	case wantErr != nil || gotErr != nil:
 		if wantErr == nil || gotErr == nil || wantErr.Error() != gotErr.Error() {
 			t.Errorf("%s error %v, want %v", label, gotErr, wantErr)
 		}
-	case string(buf[:len(prefix)]) != string(prefix):
-		t.Errorf("%s: the bytes before the prompt changed: %q", label, buf[:len(prefix)])
-	case string(buf[len(prefix):]) != want:
-		t.Errorf("%s: %s", label, firstDiff(string(buf[len(prefix):]), want))
+	case string(buf[:len(appendPrefix)]) != appendPrefix:
+		t.Errorf("%s: the bytes before the prompt changed: %q", label, buf[:len(appendPrefix)])
+	case string(buf[len(appendPrefix):]) != want:
+		t.Errorf("%s: %s", label, firstDiff(string(buf[len(appendPrefix):]), want))
 	default:
-		return true
+		a.rendered++
 	}
-	return false
+}
+
+// enough fails the test when testdata gave too few appends to check.
+func (a *appendCheck) enough(t *testing.T) {
+	t.Helper()
+	if a.checked < 400 || a.rendered < 200 {
+		t.Errorf("only %d appends checked, %d rendered: testdata too small", a.checked, a.rendered)
+	}
 }
 
 // TestAppendChatRendersWhatParseAndAppendRequestRender: AppendChat, whose
@@ -507,14 +532,9 @@ func TestAppendChatRendersWhatParseAndAppendRequestRender(t *testing.T) {
 	} {
 		bodies = append(bodies, []byte(s))
 	}
-	prefix := []byte("bytes before the prompt|")
-	buf := append([]byte(nil), prefix...)
-	checked, rendered := 0, 0
+	var ac appendCheck
 	for name, src := range templates {
-		r, err := NewRenderer(src, conformanceSpecials, frozenNow)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		r := conformanceRenderer(t, name, src)
 		c := &ChatTemplates{plain: r, tools: r}
 		for i, body := range bodies {
 			var want []byte
@@ -522,15 +542,9 @@ func TestAppendChatRendersWhatParseAndAppendRequestRender(t *testing.T) {
 			if wantErr == nil {
 				want, wantErr = c.AppendRequest(nil, req)
 			}
-			var gotErr error
-			buf, gotErr = c.AppendChat(buf[:len(prefix)], body)
-			checked++
-			if appendedAsWanted(t, fmt.Sprintf("%s body %d: AppendChat", name, i), prefix, buf, string(want), gotErr, wantErr) {
-				rendered++
-			}
+			got, gotErr := c.AppendChat(ac.dst(), body)
+			ac.check(t, fmt.Sprintf("%s body %d: AppendChat", name, i), got, string(want), gotErr, wantErr)
 		}
 	}
-	if checked < 400 || rendered < 200 {
-		t.Fatalf("checked %d, rendered %d: testdata too small", checked, rendered)
-	}
+	ac.enough(t)
 }
