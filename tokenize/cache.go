@@ -69,19 +69,6 @@ func (c *wordCache) locate(h uint64) (*cacheShard, uint64, uint32) {
 	return &c.shards[h%cacheShards], h / cacheShards, uint32(h>>32) | 1
 }
 
-// appendGet appends the cached ids of w (hashed to h) to dst; false when w
-// is not cached.
-func (c *wordCache) appendGet(dst []int, w string, h uint64) ([]int, bool) {
-	s, h, tag := c.locate(h)
-	s.mu.Lock()
-	i, ok := s.find(w, h, tag)
-	if ok {
-		dst = s.appendIDs(dst, i)
-	}
-	s.mu.Unlock()
-	return dst, ok
-}
-
 // find returns the slot holding w, or the empty slot where w would go.
 func (s *cacheShard) find(w string, h uint64, tag uint32) (int, bool) {
 	if s.slots == nil {
@@ -135,17 +122,6 @@ func (s *cacheShard) appendIDs(dst []int, i int) []int {
 		dst = append(dst, int(id))
 	}
 	return dst
-}
-
-// put caches ids as the encoding of w (hashed to h, at most
-// maxCachedWordBytes bytes).
-func (c *wordCache) put(w string, h uint64, ids []int) {
-	s, h, tag := c.locate(h)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i, ok := s.find(w, h, tag); !ok {
-		c.insert(s, w, h, tag, i, ids)
-	}
 }
 
 // insert caches ids for w, which is not in locked shard s; i is the empty

@@ -79,3 +79,31 @@ func TestWordCachePrefetchAnyHash(t *testing.T) {
 		}
 	}
 }
+
+// Since the encoder caches a word as it merges it (appendGetOrMerge), a
+// plain get and put are only the tests': they fill and read a cache with
+// ids of their choosing.
+
+// appendGet appends the cached ids of w (hashed to h) to dst; false when w
+// is not cached.
+func (c *wordCache) appendGet(dst []int, w string, h uint64) ([]int, bool) {
+	s, h, tag := c.locate(h)
+	s.mu.Lock()
+	i, ok := s.find(w, h, tag)
+	if ok {
+		dst = s.appendIDs(dst, i)
+	}
+	s.mu.Unlock()
+	return dst, ok
+}
+
+// put caches ids as the encoding of w (hashed to h, at most
+// maxCachedWordBytes bytes).
+func (c *wordCache) put(w string, h uint64, ids []int) {
+	s, h, tag := c.locate(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i, ok := s.find(w, h, tag); !ok {
+		c.insert(s, w, h, tag, i, ids)
+	}
+}
