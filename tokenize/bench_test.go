@@ -298,3 +298,24 @@ func BenchmarkChat20Turns(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPreTokenize splits the 16 KB English prompt into words with each
+// benchmark model's pre-tokenizer (the first step of a warm encode).
+func BenchmarkPreTokenize(b *testing.B) {
+	text := englishPrompt(benchPromptBytes)
+	for _, name := range benchModels {
+		b.Run(name, func(b *testing.B) {
+			tok := loadTokenizer(b, name, false)
+			st := getScratch()
+			defer putScratch(st)
+			b.SetBytes(int64(len(text)))
+			var n int
+			for b.Loop() {
+				words := tok.preTokenizer.split(st.words[:0], piece{text, true}, st)
+				n = len(words)
+				st.words = words[:0]
+			}
+			b.ReportMetric(float64(n), "words/op")
+		})
+	}
+}

@@ -163,6 +163,9 @@ func (sp *splitPre) split(dst []piece, p piece, st *scratch) []piece {
 
 // isolate is the common fast path: every match and every gap is a piece.
 func isolate(dst []piece, p piece, f finder, st *scratch) []piece {
+	if sf, ok := f.(scanFinder); ok {
+		return sf.appendPieces(dst, p)
+	}
 	st.spans = f.appendMatches(st.spans[:0], p.s)
 	s := p.s
 	prev := 0
@@ -224,6 +227,32 @@ func (f scanFinder) appendMatches(dst []span, s string) []span {
 			_, n := utf8.DecodeRuneInString(s[i:])
 			i += n
 		}
+	}
+	return dst
+}
+
+// appendPieces is isolate for a scanner in one pass: each match and each
+// gap between matches becomes a piece as it is found.
+func (f scanFinder) appendPieces(dst []piece, p piece) []piece {
+	s, prev := p.s, 0
+	for i := 0; i < len(s); {
+		if e := f.scan(s, i); e > i {
+			if i > prev {
+				dst = append(dst, piece{s[prev:i], p.atStart && prev == 0})
+			}
+			dst = append(dst, piece{s[i:e], p.atStart && i == 0})
+			i, prev = e, e
+			continue
+		}
+		if s[i] < utf8.RuneSelf {
+			i++
+		} else {
+			_, n := utf8.DecodeRuneInString(s[i:])
+			i += n
+		}
+	}
+	if prev < len(s) {
+		dst = append(dst, piece{s[prev:], p.atStart && prev == 0})
 	}
 	return dst
 }

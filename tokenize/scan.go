@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"math/bits"
 	"unicode"
 	"unicode/utf8"
 )
@@ -154,6 +155,39 @@ func runOf(s string, i int, mask uint16) int {
 	return i
 }
 
+// letterRun is runOf(s, i, cL), ASCII letters eight at a time: a word's end
+// is found by a bit scan instead of a branch on every byte, which the CPU
+// mispredicts once a word (words vary in length). It goes on byte by byte
+// (runOf) from the first non-ASCII byte.
+func letterRun(s string, i int) int {
+	for i+8 <= len(s) {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if end := asciiLetters(x); end < 8 {
+			i += end
+			if s[i] < utf8.RuneSelf {
+				return i
+			}
+			return runOf(s, i, cL)
+		}
+		i += 8
+	}
+	return runOf(s, i, cL)
+}
+
+// asciiLetters returns how many of the eight bytes of x (little-endian),
+// from the first, are ASCII letters [A-Za-z]: 8 when all are. A byte b is
+// one when b|0x20 is in 'a'..'z' and its top bit is clear; with the top
+// bits cleared first, adding 0x80-'a' (or 0x80-'z'-1) sets a byte's top bit
+// exactly when it is at least 'a' (or above 'z'), and no sum carries into
+// the next byte.
+func asciiLetters(x uint64) int {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	y := (x | 0x20*lsb) &^ msb
+	letter := (y + (0x80-'a')*lsb) &^ (y + (0x80-'z'-1)*lsb)
+	return bits.TrailingZeros64((^letter|x)&msb) >> 3
+}
+
 // runOfOther returns the end of the run of [^\s\p{L}\p{N}] from i.
 func runOfOther(s string, i int) int {
 	for i < len(s) {
@@ -221,14 +255,21 @@ func scanCL100K(s string, i, maxDigits int) int {
 			return e
 		}
 	}
-	_, n, k := runeAt(s, i)
+	k, n := asciiClass[c&0x7f], 1 // ASCII inline: classAt is not
+	if c >= utf8.RuneSelf {
+		k, n = classAt(s, i)
+	}
 	// [^\r\n\p{L}\p{N}]?\p{L}+
 	if k&cL != 0 {
-		return runOf(s, i+n, cL)
+		return letterRun(s, i+n)
 	}
 	if k&(cCRLF|cN) == 0 && i+n < len(s) {
-		if k2, n2 := classAt(s, i+n); k2&cL != 0 {
-			return runOf(s, i+n+n2, cL)
+		if c2 := s[i+n]; c2 < utf8.RuneSelf {
+			if asciiClass[c2]&cL != 0 {
+				return letterRun(s, i+n+1)
+			}
+		} else if k2, n2 := classAt(s, i+n); k2&cL != 0 {
+			return letterRun(s, i+n+n2)
 		}
 	}
 	// \p{N}{1,maxDigits}

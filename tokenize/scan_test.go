@@ -166,3 +166,79 @@ func FuzzScanO200K(f *testing.F)         { fuzzScanner(f, "o200k", patternO200K)
 func FuzzScanDigits3(f *testing.F)       { fuzzScanner(f, "digits3", patternDigits3) }
 func FuzzScanDeepSeekCJK(f *testing.F)   { fuzzScanner(f, "deepseek-cjk", patternDSKana) }
 func FuzzScanDeepSeekWords(f *testing.F) { fuzzScanner(f, "deepseek-words", patternDSWords) }
+
+// TestASCIILettersCountsLeadingLetters checks asciiLetters against a byte
+// at a time, for every byte value at every position among letters (and
+// among non-letters), and for random words.
+func TestASCIILettersCountsLeadingLetters(t *testing.T) {
+	want := func(w [8]byte) int {
+		for i, c := range w {
+			if !isASCIILetter(c) || c >= 0x80 {
+				return i
+			}
+		}
+		return 8
+	}
+	check := func(w [8]byte) {
+		x := uint64(0)
+		for i := range w {
+			x |= uint64(w[i]) << (8 * i)
+		}
+		if got, want := asciiLetters(x), want(w); got != want {
+			t.Fatalf("asciiLetters(% x) = %d, want %d", w, got, want)
+		}
+	}
+	for _, fill := range []byte{'a', 'Z', ' ', 0xc3} {
+		for pos := range 8 {
+			for b := range 256 {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(b)
+				check(w)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 100000 {
+		var w [8]byte
+		for i := range w {
+			w[i] = byte(r.Uint32())
+			if r.IntN(2) == 0 {
+				w[i] = "aZqQ@[`{"[r.IntN(8)]
+			}
+		}
+		check(w)
+	}
+}
+
+// TestScannerPiecesAreIsolatedMatches: a scanner's one-pass appendPieces
+// gives the pieces isolate builds from its matches, at the text's start or
+// not.
+func TestScannerPiecesAreIsolatedMatches(t *testing.T) {
+	texts := testdata.TokenizerTexts(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 4000 {
+		texts = append(texts, randomText(r, 24))
+	}
+	for _, p := range scannerPatterns {
+		sc, _ := compiledPair(t, p.name, p.pattern)
+		for _, s := range texts {
+			for _, atStart := range []bool{true, false} {
+				in := piece{s, atStart}
+				got := sc.appendPieces(nil, in)
+				want := isolate(nil, in, spanFinder{sc}, &scratch{})
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s on %q (atStart %v):\n appendPieces %v\n isolate %v", p.name, s, atStart, got, want)
+				}
+			}
+		}
+	}
+}
+
+// spanFinder hides a scanner behind appendMatches alone, so isolate takes
+// its general path.
+type spanFinder struct{ sc scanFinder }
+
+func (f spanFinder) appendMatches(dst []span, s string) []span { return f.sc.appendMatches(dst, s) }
