@@ -179,10 +179,9 @@ func (t *Tokenizer) encodeText(ids []int, text string, st *scratch) []int {
 			return
 		}
 		if hit, ok := t.segments.get(seg, atStart); ok {
-			ids = slices.Grow(ids, len(hit))
-			for _, id := range hit {
-				ids = append(ids, int(id))
-			}
+			n := len(ids)
+			ids = slices.Grow(ids, len(hit))[:n+len(hit)]
+			widen(ids[n:], hit)
 			return
 		}
 		from := len(ids)
@@ -190,6 +189,19 @@ func (t *Tokenizer) encodeText(ids []int, text string, st *scratch) []int {
 		t.segments.put(seg, atStart, ids[from:])
 	})
 	return ids
+}
+
+// widen copies src into dst (as long), four ids a step.
+func widen(dst []int, src []int32) {
+	dst = dst[:len(src)]
+	i := 0
+	for ; i+4 <= len(src); i += 4 {
+		s, d := src[i:i+4:i+4], dst[i:i+4:i+4]
+		d[0], d[1], d[2], d[3] = int(s[0]), int(s[1]), int(s[2]), int(s[3])
+	}
+	for ; i < len(src); i++ {
+		dst[i] = int(src[i])
+	}
 }
 
 func (t *Tokenizer) encodeSegment(ids []int, seg string, atStart bool, st *scratch) []int {
