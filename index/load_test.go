@@ -132,6 +132,30 @@ func TestRemoveEndsSpeculation(t *testing.T) {
 	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 1, b.ID: 1})
 }
 
+// TestHoldRefreshesAMatchedRunOnceATick: a second Hold of the same matched
+// run on the same replica within one tick leaves the run as the first left
+// it (its entries already carry the tick) and still stores the blocks
+// beyond it; in the next tick the run is refreshed again.
+func TestHoldRefreshesAMatchedRunOnceATick(t *testing.T) {
+	f := newFixture(t, 1, Options{SpeculativeTTL: 10 * time.Second})
+	a := f.r[0]
+	p := f.ix.pool(f.pool)
+	ks := keys(0, 4)
+	f.ix.Store(a, ks[:2], TierGPU)
+	f.ix.Hold(a, ks[:3], 2)          // refreshes blocks 0 and 1, speculates on 2
+	f.ix.Remove(a, ks[1:2], TierGPU) // the engine evicts block 1 within the tick
+	f.ix.Hold(a, ks, 2)
+	if got := p.specs.Load(); got != 2 {
+		t.Fatalf("%d speculative entries, want 2 (blocks 2 and 3; the run was held this tick)", got)
+	}
+	f.clock.Advance(tick)
+	f.ix.Hold(a, ks, 2)
+	if got := p.specs.Load(); got != 3 {
+		t.Fatalf("%d speculative entries in the next tick, want 3 (block 1, no longer held, speculated)", got)
+	}
+	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 4})
+}
+
 // TestHoldTouchesWhatIsHeldAndSpeculatesTheRest: for a routed request, the
 // matched blocks its replica holds in the block table are refreshed there
 // (no speculative entry), and every other key — the new blocks, matched

@@ -93,6 +93,7 @@ type pool struct {
 	// replica is removed.
 	gens [MaxReplicas]uint32
 	m    *poolMetrics
+	held heldPrefixes
 }
 
 func newPool(name string, m *metrics) *pool {
@@ -368,19 +369,32 @@ func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) { ix.Hold(r, keys,
 // TTL) is refreshed there and needs no speculative entry; every other key —
 // the request's new blocks, and matched ones r holds only speculatively (KV
 // events off, or not arrived yet) — is stored speculative. With a
-// SpeculativeTTL of 0 it only touches.
+// SpeculativeTTL of 0 it only touches. A matched run already held on r in
+// the current tick (the index's 100 ms clock) is left as it is: its entries
+// carry the tick already (a block of it the engine evicted since is not
+// speculated again before the next tick; its request will store it anew).
 func (ix *Index) Hold(r Replica, keys []BlockKey, matched int) {
 	p := ix.pool(r.Pool)
 	if p == nil || p.live(r) == nil {
 		return
 	}
 	matched = max(0, min(matched, len(keys)))
+	now := ix.nowTick()
+	if matched > 0 {
+		// A matched run Hold already refreshed on r in this tick carries
+		// this tick's seen and expiry: doing it again writes the same
+		// values (a hot prefix is matched by every request).
+		if p.held.sameTick(r, keys[:matched], now) {
+			keys, matched = keys[matched:], 0
+		} else {
+			defer p.held.record(r, keys[:matched], now)
+		}
+	}
 	if ix.specTicks == 0 {
 		ix.Touch(r, keys[:matched])
 		return
 	}
 	bit := uint64(1) << r.ID
-	now := ix.nowTick()
 	expires := now + ix.specTicks
 	var added int64
 	budget := ix.writeBudget()
@@ -414,6 +428,40 @@ func (ix *Index) Hold(r Replica, keys []BlockKey, matched int) {
 	}
 	p.specs.Add(added)
 	ix.checkCap(ix.entries.Add(added))
+}
+
+// heldPrefixes remembers, for a pool, which (replica, matched run) pairs
+// Hold refreshed and in which tick: a direct-mapped table of 32-bit tags
+// and ticks, written without locks (a lost or overwritten slot only makes
+// the next Hold do the work again; a tag collision, one in 2^32, skips one
+// refresh for the rest of a tick). Block keys are chained, so a run is
+// known by its length and its last key.
+type heldPrefixes [heldPrefixSlots]atomic.Uint64
+
+const heldPrefixSlots = 4096
+
+// slot returns the slot of run on r and the run's tag there (never 0).
+func (h *heldPrefixes) slot(r Replica, run []BlockKey) (*atomic.Uint64, uint64) {
+	x := uint64(run[len(run)-1]) ^ uint64(len(run))<<40 ^ uint64(r.ID)<<52 ^ uint64(r.Gen)<<20
+	// splitmix64's finaliser.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return &h[x%heldPrefixSlots], (x>>32 | 1) << 32
+}
+
+// sameTick reports whether run was recorded on r in tick now.
+func (h *heldPrefixes) sameTick(r Replica, run []BlockKey, now uint32) bool {
+	sl, tag := h.slot(r, run)
+	return sl.Load() == tag|uint64(now)
+}
+
+// record notes that Hold refreshed run on r in tick now.
+func (h *heldPrefixes) record(r Replica, run []BlockKey, now uint32) {
+	sl, tag := h.slot(r, run)
+	sl.Store(tag | uint64(now))
 }
 
 // dropLocked deletes the entry in slot i, fixing the counters of its
