@@ -213,6 +213,26 @@ func (b *bpeModel) encodeWord(ids []int, w string, st *scratch) []int {
 // cold reports that w was not among the scratch's recent words (it went to
 // the shared word cache, or to BPE).
 func (b *bpeModel) encodeWordHashed(ids []int, w string, h uint64, hashed bool, st *scratch) (out []int, cold bool) {
+	if st.recent == nil {
+		st.recent = new(recentWords)
+	}
+	k, short := shortWordOf(w)
+	if !short {
+		return b.encodeWordShared(ids, w, h, hashed, st)
+	}
+	recent := st.recent.slot(k)
+	if out, ok := recent.appendGet(ids, b.cache, k); ok {
+		return out, false
+	}
+	start := len(ids)
+	ids, cold = b.encodeWordShared(ids, w, h, hashed, st)
+	recent.put(b.cache, k, ids[start:])
+	return ids, cold
+}
+
+// encodeWordShared is encodeWordHashed without the scratch's recent words:
+// the vocabulary (ignore_merges), the shared word cache, or BPE.
+func (b *bpeModel) encodeWordShared(ids []int, w string, h uint64, hashed bool, st *scratch) (out []int, cold bool) {
 	if w == "" {
 		return ids, false
 	}
@@ -227,17 +247,7 @@ func (b *bpeModel) encodeWordHashed(ids []int, w string, h uint64, hashed bool, 
 	if !hashed {
 		h = b.cache.hash(w)
 	}
-	if st.recent == nil {
-		st.recent = new(recentWords)
-	}
-	recent := st.recent.slot(h)
-	if out, ok := recent.appendGet(ids, b.cache, w); ok {
-		return out, false
-	}
-	start := len(ids)
-	ids = b.cache.appendGetOrMerge(ids, w, h, b, st)
-	recent.put(b.cache, w, ids[start:])
-	return ids, true
+	return b.cache.appendGetOrMerge(ids, w, h, b, st), true
 }
 
 // initialSymbols appends to syms the ids of the word's characters (bytes

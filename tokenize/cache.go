@@ -2,6 +2,8 @@ package tokenize
 
 import (
 	"hash/maphash"
+	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -177,32 +179,75 @@ const minShardSlots = 32
 // scratch; words of at most recentWordBytes bytes and recentWordIDs ids fit.
 const (
 	recentWordsBits = 10
-	recentWordBytes = 26
-	recentWordIDs   = 4
+	recentWordBytes = 16
+	recentWordIDs   = 6
 )
 
 // recentWords is a direct-mapped cache in front of the word caches, private
 // to one scratch and so to one goroutine at a time: a hit takes no lock,
 // where the shared cache takes its shard's mutex for every word (a quarter
-// of a warm encode's time in BenchmarkDecide_Chat2k). Each slot names the
-// word cache it copies (a replaced cache is never served from here) and
-// holds its whole word, so a hit is exact. Nothing in it is a pointer.
+// of a warm encode's time in BenchmarkDecide_Chat2k). A word is known by its
+// length and two loads that cover it (shortWord), which also pick its slot
+// inline (no call to maphash), so a hit is exact and costs a few compares.
+// Each slot names the word cache it copies (a replaced cache is never
+// served from here). Nothing in it is a pointer.
 type recentWords [1 << recentWordsBits]recentWord
 
 type recentWord struct {
-	cache   uint32 // wordCache.id; 0: empty
-	wordLen uint8
-	idsLen  uint8
-	word    [recentWordBytes]byte
-	ids     [recentWordIDs]int32
+	lo, hi    uint64 // the word's shortWord
+	cache     uint32 // wordCache.id; 0: empty
+	n, idsLen uint8
+	ids       [recentWordIDs]int32
 }
 
-// slot returns the slot of a word hashed to h by wordCache.hash.
-func (r *recentWords) slot(h uint64) *recentWord { return &r[h>>(64-recentWordsBits)] }
+// shortWord is a word of 1 to recentWordBytes bytes as its length and two
+// little-endian loads that together cover every byte: its first and last
+// eight bytes (8 to 16 bytes), first and last four (4 to 7), or its first,
+// middle and last byte (1 to 3). For a given length the loads determine the
+// word, so equal keys are equal words.
+type shortWord struct {
+	lo, hi uint64
+	n      uint8
+}
 
-// appendGet appends the ids of w if sl holds w for cache c.
-func (sl *recentWord) appendGet(dst []int, c *wordCache, w string) ([]int, bool) {
-	if sl.cache != c.id || int(sl.wordLen) != len(w) || string(sl.word[:len(w)]) != w {
+// shortWordOf returns w's key; ok is false when w is empty or longer than
+// recentWordBytes.
+func shortWordOf(w string) (k shortWord, ok bool) {
+	n := len(w)
+	switch {
+	case n >= 8 && n <= recentWordBytes:
+		t := w[n-8:]
+		k.lo = uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		k.hi = uint64(t[0]) | uint64(t[1])<<8 | uint64(t[2])<<16 | uint64(t[3])<<24 |
+			uint64(t[4])<<32 | uint64(t[5])<<40 | uint64(t[6])<<48 | uint64(t[7])<<56
+	case n >= 4 && n < 8:
+		t := w[n-4:]
+		k.lo = uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24
+		k.hi = uint64(t[0]) | uint64(t[1])<<8 | uint64(t[2])<<16 | uint64(t[3])<<24
+	case n >= 1 && n < 4:
+		k.lo = uint64(w[0]) | uint64(w[n/2])<<8 | uint64(w[n-1])<<16
+	default:
+		return k, false
+	}
+	k.n = uint8(n)
+	return k, true
+}
+
+// recentSeed keys the recent words' slot choice, so that which words share
+// a slot is not known outside the process (a crafted text can only make
+// words miss this cache, never answer wrongly).
+var recentSeed = rand.Uint64() | 1
+
+// slot returns k's slot: a multiply-mix of its loads.
+func (r *recentWords) slot(k shortWord) *recentWord {
+	hi, lo := bits.Mul64(k.lo^recentSeed, k.hi^uint64(k.n)^0x9E3779B97F4A7C15)
+	return &r[(hi^lo)>>(64-recentWordsBits)]
+}
+
+// appendGet appends the ids of the word keyed k if sl holds it for cache c.
+func (sl *recentWord) appendGet(dst []int, c *wordCache, k shortWord) ([]int, bool) {
+	if sl.lo != k.lo || sl.hi != k.hi || sl.n != k.n || sl.cache != c.id {
 		return dst, false
 	}
 	for _, id := range sl.ids[:sl.idsLen] {
@@ -211,13 +256,13 @@ func (sl *recentWord) appendGet(dst []int, c *wordCache, w string) ([]int, bool)
 	return dst, true
 }
 
-// put makes sl hold w and its ids for cache c, when they fit.
-func (sl *recentWord) put(c *wordCache, w string, ids []int) {
-	if len(w) > recentWordBytes || len(ids) > recentWordIDs {
+// put makes sl hold the word keyed k and its ids for cache c, when the ids
+// fit.
+func (sl *recentWord) put(c *wordCache, k shortWord, ids []int) {
+	if len(ids) > recentWordIDs {
 		return
 	}
-	sl.cache, sl.wordLen, sl.idsLen = c.id, uint8(len(w)), uint8(len(ids))
-	copy(sl.word[:], w)
+	sl.lo, sl.hi, sl.n, sl.cache, sl.idsLen = k.lo, k.hi, k.n, c.id, uint8(len(ids))
 	for i, id := range ids {
 		sl.ids[i] = int32(id)
 	}

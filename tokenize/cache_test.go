@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -15,27 +16,76 @@ func TestRecentWordsAreExact(t *testing.T) {
 	if size := unsafe.Sizeof(recentWord{}); size != 48 {
 		t.Errorf("recentWord is %d bytes, want 48", size)
 	}
+	key := func(w string) shortWord {
+		k, ok := shortWordOf(w)
+		if !ok {
+			t.Fatalf("no key for %q", w)
+		}
+		return k
+	}
 	c1, c2 := newWordCache(), newWordCache()
 	var sl recentWord
-	if _, ok := sl.appendGet(nil, c1, "a"); ok {
+	if _, ok := sl.appendGet(nil, c1, key("a")); ok {
 		t.Fatal("an empty slot answered")
 	}
-	sl.put(c1, "hello", []int{7, 8})
-	if got, ok := sl.appendGet([]int{1}, c1, "hello"); !ok || !slices.Equal(got, []int{1, 7, 8}) {
+	sl.put(c1, key("hello"), []int{7, 8})
+	if got, ok := sl.appendGet([]int{1}, c1, key("hello")); !ok || !slices.Equal(got, []int{1, 7, 8}) {
 		t.Fatalf("hit = %v, %v", got, ok)
 	}
 	for _, miss := range []struct {
 		c *wordCache
 		w string
-	}{{c2, "hello"}, {c1, "hell"}, {c1, "hellp"}, {c1, "hello "}} {
-		if _, ok := sl.appendGet(nil, miss.c, miss.w); ok {
+	}{{c2, "hello"}, {c1, "hell"}, {c1, "hellp"}, {c1, "hello "}, {c1, "jello"}, {c1, "hel\x00lo"}} {
+		if _, ok := sl.appendGet(nil, miss.c, key(miss.w)); ok {
 			t.Errorf("slot for %q answered %q (cache %d)", "hello", miss.w, miss.c.id)
 		}
 	}
-	sl.put(c1, strings.Repeat("x", recentWordBytes+1), []int{1})
-	sl.put(c1, "many", []int{1, 2, 3, 4, 5})
-	if _, ok := sl.appendGet(nil, c1, "hello"); !ok {
-		t.Error("a word or ids that do not fit replaced the slot")
+	sl.put(c1, key("many"), []int{1, 2, 3, 4, 5, 6, 7})
+	if _, ok := sl.appendGet(nil, c1, key("hello")); !ok {
+		t.Error("ids that do not fit replaced the slot")
+	}
+	for _, w := range []string{"", strings.Repeat("x", recentWordBytes+1)} {
+		if _, ok := shortWordOf(w); ok {
+			t.Errorf("a key for a word of %d bytes", len(w))
+		}
+	}
+}
+
+// TestShortWordKeysAreExact: two words of at most recentWordBytes bytes
+// have equal keys only when they are equal — every pair of words of every
+// length up to it over a small alphabet, and random ones over all bytes.
+func TestShortWordKeysAreExact(t *testing.T) {
+	seen := map[shortWord]string{}
+	add := func(w string) {
+		k, ok := shortWordOf(w)
+		if !ok {
+			t.Fatalf("no key for %q", w)
+		}
+		if prev, dup := seen[k]; dup && prev != w {
+			t.Fatalf("%q and %q share a key", prev, w)
+		}
+		seen[k] = w
+	}
+	var gen func(prefix string, n int)
+	gen = func(prefix string, n int) {
+		if len(prefix) == n {
+			add(prefix)
+			return
+		}
+		for _, c := range "ab" {
+			gen(prefix+string(c), n)
+		}
+	}
+	for n := 1; n <= recentWordBytes; n++ {
+		gen("", n)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 200000 {
+		b := make([]byte, 1+r.IntN(recentWordBytes))
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		add(string(b))
 	}
 }
 
