@@ -156,9 +156,10 @@ func FuzzDecodeJSONMatchesGrowingDecoder(f *testing.F) {
 	})
 }
 
-// TestPlainRunMatchesByteLoop: plainRun, eight bytes at a time, stops where
-// a byte-by-byte walk of jsonPlain stops, for every byte value at every
-// position of a word and from every start.
+// TestPlainRunMatchesByteLoop: plainRun, sixteen and eight bytes at a time,
+// stops where a byte-by-byte walk of jsonPlain stops, for every byte value
+// at every position of two vector blocks, a word and a tail, and from every
+// start that shifts them.
 func TestPlainRunMatchesByteLoop(t *testing.T) {
 	byteLoop := func(s []byte, i int) int {
 		for i < len(s) && jsonPlain[s[i]] {
@@ -166,12 +167,12 @@ func TestPlainRunMatchesByteLoop(t *testing.T) {
 		}
 		return i
 	}
-	buf := []byte("abcdefgh ijklmno~pqrstuvw")
+	buf := []byte("abcdefgh ijklmno~pqrstuvwABCDEFGH IJKLMNO~PQRS")
 	for c := range 256 {
 		for at := range buf {
 			s := append([]byte(nil), buf...)
 			s[at] = byte(c)
-			for start := range 3 {
+			for start := range 19 {
 				if got, want := plainRun(s, start), byteLoop(s, start); got != want {
 					t.Fatalf("byte %#x at %d, from %d: plainRun = %d, want %d", c, at, start, got, want)
 				}
