@@ -191,6 +191,13 @@ func asciiLetters(x uint64) int {
 // runOfOther returns the end of the run of [^\s\p{L}\p{N}] from i.
 func runOfOther(s string, i int) int {
 	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiClass[c]&(cSpace|cL|cN) != 0 {
+				return i
+			}
+			i++
+			continue
+		}
 		k, n := classAt(s, i)
 		if k&(cSpace|cL|cN) != 0 {
 			return i
