@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,6 +221,36 @@ func BenchmarkLoad(b *testing.B) {
 				b.StartTimer()
 			}
 			b.ReportMetric(heapBytes/float64(b.N)/(1<<20), "heap-MiB/model")
+		})
+	}
+}
+
+// BenchmarkGCCycle measures the CPU one garbage-collection cycle costs with
+// a loaded tokenizer on the heap (runtime/metrics' GC CPU over forced
+// cycles), against the same with nothing loaded: what every cycle of a
+// server that holds the model pays to mark it.
+func BenchmarkGCCycle(b *testing.B) {
+	gcCPU := func() float64 {
+		s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+		metrics.Read(s)
+		return s[0].Value.Float64()
+	}
+	for _, name := range append([]string{"none"}, benchModels...) {
+		b.Run(name, func(b *testing.B) {
+			var tok *Tokenizer
+			if name != "none" {
+				var err error
+				if tok, err = Load(testdata.TokenizerDir(b, name)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.GC()
+			c0 := gcCPU()
+			for b.Loop() {
+				runtime.GC()
+			}
+			b.ReportMetric((gcCPU()-c0)/float64(b.N)*1e3, "gc-cpu-ms/cycle")
+			runtime.KeepAlive(tok)
 		})
 	}
 }

@@ -15,8 +15,8 @@ import (
 // per-request mapping is needed. tokenizers models/bpe/model.rs (v0.22).
 type bpeModel struct {
 	byteLevel    bool
-	vocab        map[string]int // keyed by model-space text (raw bytes when byteLevel)
-	rawVocab     map[string]int // as written in tokenizer.json
+	vocab        *vocabTable // keyed by model-space text (raw bytes when byteLevel)
+	rawVocab     *vocabTable // as written in tokenizer.json (vocab itself when not byteLevel)
 	merges       *mergeTable
 	ignoreMerges bool
 	byteFallback bool
@@ -52,9 +52,13 @@ func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 			return nil, fmt.Errorf("%w: vocab id %d of %q (ids must be in [0, %d))", ErrUnsupported, id, tok, maxMergeID)
 		}
 	}
+	rawVocab, err := newVocabTable(m.Vocab)
+	if err != nil {
+		return nil, err
+	}
 	b := &bpeModel{
 		byteLevel:    byteLevel,
-		rawVocab:     m.Vocab,
+		rawVocab:     rawVocab,
 		ignoreMerges: m.IgnoreMerges,
 		byteFallback: m.ByteFallback,
 		unkID:        -1,
@@ -62,19 +66,22 @@ func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 		cache:        newWordCache(),
 	}
 	if byteLevel {
-		b.vocab = make(map[string]int, len(m.Vocab))
+		decoded := make(map[string]int, len(m.Vocab))
 		for tok, id := range m.Vocab {
 			if raw, ok := byteLevelDecode(tok); ok {
-				b.vocab[raw] = id
+				decoded[raw] = id
 			}
 		}
+		if b.vocab, err = newVocabTable(decoded); err != nil {
+			return nil, err
+		}
 	} else {
-		b.vocab = m.Vocab
+		b.vocab = rawVocab
 	}
 	b.allBytes = byteLevel
 	for i := range b.byteIDs {
 		b.byteIDs[i], b.fallbackIDs[i] = -1, -1
-		if id, ok := b.vocab[string([]byte{byte(i)})]; ok && byteLevel {
+		if id, ok := b.vocab.get(string([]byte{byte(i)})); ok && byteLevel {
 			b.byteIDs[i] = int32(id)
 		} else {
 			b.allBytes = false
@@ -237,7 +244,7 @@ func (b *bpeModel) encodeWordShared(ids []int, w string, h uint64, hashed bool, 
 		return ids, false
 	}
 	if b.ignoreMerges {
-		if id, ok := b.vocab[w]; ok {
+		if id, ok := b.vocab.get(w); ok {
 			return append(ids, id), false
 		}
 	}
@@ -291,7 +298,7 @@ func (b *bpeModel) initialSymbols(w string, syms []int32) []int32 {
 			_, n := utf8.DecodeRuneInString(w[i:])
 			ch := w[i : i+n]
 			i += n
-			if id, ok := b.vocab[ch]; ok {
+			if id, ok := b.vocab.get(ch); ok {
 				known(int32(id))
 			} else if b.byteFallback && b.allFallback(ch) {
 				known(b.fallbackIDs[ch[0]])

@@ -132,7 +132,7 @@ func (t *Tokenizer) TokenID(token string) (int, bool) {
 	if id, ok := t.addedNorm.ids[token]; ok {
 		return id, true
 	}
-	id, ok := t.model.rawVocab[token]
+	id, ok := t.model.rawVocab.get(token)
 	return id, ok
 }
 
