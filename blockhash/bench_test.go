@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"testing"
 )
@@ -55,6 +56,28 @@ func BenchmarkTokenKeys_10kTokens(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkMixChain_3125Steps is the floor under TokenKeys_10kTokens: its
+// 625 blocks' 3,125 mixes (four word pairs and the extra keys a block), each
+// one 128-bit multiply and the one XOR chainTokenKeys puts between a product
+// and the next multiply, with no ids to read.
+func BenchmarkMixChain_3125Steps(b *testing.B) {
+	hi, lo := uint64(1), uint64(2)
+	for b.Loop() {
+		hi, lo = mixChain(hi, lo, tokensC2, 3125)
+	}
+}
+
+// mixChain runs n dependent mixes of the form chainTokenKeys uses; x is a
+// parameter so that the compiler cannot move it after hi.
+//
+//go:noinline
+func mixChain(hi, lo, x uint64, n int) (uint64, uint64) {
+	for ; n > 0; n-- {
+		hi, lo = bits.Mul64(hi^(lo^x), hi^(lo^(x+1)))
+	}
+	return hi, lo
 }
 
 // FuzzChain builds chains from arbitrary tokens, block sizes, algorithms and

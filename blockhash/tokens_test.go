@@ -1,7 +1,10 @@
 package blockhash
 
 import (
+	"fmt"
 	"math/bits"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -154,4 +157,91 @@ func TestTokenKeysRejectHugeTokenIDs(t *testing.T) {
 	if _, err := AppendKeys(k, nil, k.Root(), []uint64{1, 1 << 32}, RequestKeys{}); err == nil {
 		t.Fatal("token id 2^32 accepted")
 	}
+}
+
+// TestAppendKeysMatchBlockByBlockKeys checks AppendKeys' chain (its own loop
+// where the block size is a multiple of 16) against BlockKey applied block by
+// block, the definition as written, over random ids, block sizes, extra keys,
+// parents and id types, including ids outside [0, 2^32) at random places.
+func TestAppendKeysMatchBlockByBlockKeys(t *testing.T) {
+	r := rand.New(rand.NewPCG(18, 5))
+	sizes := []int{16, 32, 48, 64, 128, 256, 1, 4, 8, 12, 20}
+	for iter := range 3000 {
+		bs := sizes[iter%len(sizes)]
+		k, _ := NewTokenKeyer("pool", bs)
+		ids := make([]uint64, r.IntN(12*bs+1))
+		for i := range ids {
+			ids[i] = r.Uint64N(1 << 32)
+		}
+		if iter%3 == 0 && len(ids) > 0 {
+			ids[r.IntN(len(ids))] |= 1 << (32 + r.IntN(32))
+		}
+		var rk RequestKeys
+		if r.IntN(2) == 0 {
+			rk.LoRAName = "sql-lora"
+		}
+		if r.IntN(2) == 0 {
+			rk.CacheSalt = "tenant-a"
+		}
+		parent := k.Root()
+		if r.IntN(4) == 0 {
+			parent = r.Uint64()
+		}
+		want, wantErr := blockByBlockKeys(k, parent, ids, rk)
+		prefix := []uint64{7, 8}
+		for _, got := range [][]uint64{
+			keysAs[uint64](t, k, prefix, parent, ids, rk, wantErr),
+			keysAs[int](t, k, prefix, parent, ids, rk, wantErr),
+			keysAs[int64](t, k, prefix, parent, ids, rk, wantErr),
+		} {
+			if !slices.Equal(got[:2], prefix) || !slices.Equal(got[2:], want) {
+				t.Fatalf("B=%d %d ids %+v parent %#x: keys %#x, want %#x", bs, len(ids), rk, parent, got, want)
+			}
+		}
+		if wantErr == nil {
+			narrow := make([]uint32, len(ids))
+			for i, id := range ids {
+				narrow[i] = uint32(id)
+			}
+			if got, err := AppendKeys(k, nil, parent, narrow, rk); err != nil || !slices.Equal(got, want) {
+				t.Fatalf("B=%d uint32 ids: keys %#x (%v), want %#x", bs, got, err, want)
+			}
+		}
+	}
+}
+
+// keysAs runs AppendKeys on ids converted to T after prefix and checks its
+// error against wantErr.
+func keysAs[T Token](t *testing.T, k *TokenKeyer, prefix []uint64, parent uint64, ids []uint64, rk RequestKeys, wantErr error) []uint64 {
+	t.Helper()
+	typed := make([]T, len(ids))
+	for i, id := range ids {
+		typed[i] = T(id)
+	}
+	got, err := AppendKeys(k, slices.Clone(prefix), parent, typed, rk)
+	if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+		t.Fatalf("B=%d: error %v, want %v", k.BlockSize(), err, wantErr)
+	}
+	return got
+}
+
+// blockByBlockKeys chains BlockKey over the full blocks of ids with the
+// request's extra keys, stopping at the first error.
+func blockByBlockKeys(k *TokenKeyer, parent uint64, ids []uint64, rk RequestKeys) ([]uint64, error) {
+	bs := k.BlockSize()
+	first := 1
+	if parent == k.Root() {
+		first = 0
+	}
+	var keys []uint64
+	var extra [2]Value
+	for i := 0; (i+1)*bs <= len(ids); i++ {
+		key, err := BlockKey(k, parent, ids[i*bs:(i+1)*bs], rk.blockExtra(extra[:0], i+first))
+		if err != nil {
+			return keys, fmt.Errorf("block %d: %w", i, err)
+		}
+		keys = append(keys, key)
+		parent = key
+	}
+	return keys, nil
 }
