@@ -285,22 +285,10 @@ func (m *Map[V]) Find(k uint64) int {
 	if m.n == 0 {
 		return -1
 	}
-	h := hash(k)
-	h0, h1 := uint32(h), uint32(h>>32)
-	n := len(m.slots)
-	i := home(h, n)
-	for d := 0; ; d++ {
-		s := &m.slots[i]
-		if s.h0 == h0 && s.h1 == h1 {
-			return i
-		}
-		if s.h0|s.h1 == 0 || d > 0 && m.dist(i) < d {
-			return -1
-		}
-		if i++; i == n {
-			i = 0
-		}
+	if i, ok := m.probe(hash(k)); ok {
+		return i
 	}
+	return -1
 }
 
 // Get returns k's value.
@@ -316,11 +304,16 @@ func (m *Map[V]) Get(k uint64) (V, bool) {
 // the slot Robin Hood order puts it in and false. Keys of one home are kept
 // in hash order, so a whole table is in hash order from any empty slot on
 // (resize relies on it): h goes before the first key nearer its home than h
-// would be, or as near and of a greater hash. The table must have a free
-// slot.
+// would be, or as near and of a greater hash. As homes grow with hashes, a
+// walk from h's home that has not wrapped past the last slot passes only
+// keys of smaller hashes before reaching h's place, so that test (a
+// multiply) is needed only at a key of a greater hash (where the walk
+// ends, unless the key is one wrapped from the top slots) and, once the walk
+// has wrapped, at every key. The table must have a free slot.
 func (m *Map[V]) probe(h uint64) (int, bool) {
 	n := len(m.slots)
 	i := home(h, n)
+	wrapped := false
 	for d := 0; ; d++ {
 		s := m.slots[i].hash()
 		if s == h {
@@ -329,15 +322,17 @@ func (m *Map[V]) probe(h uint64) (int, bool) {
 		if s == 0 {
 			return i, false
 		}
-		sd := i - home(s, n)
-		if sd < 0 {
-			sd += n
-		}
-		if sd < d || sd == d && s > h {
-			return i, false // h would sit before this key: it is not here
+		if s > h || wrapped {
+			sd := i - home(s, n)
+			if sd < 0 {
+				sd += n
+			}
+			if sd < d || sd == d && s > h {
+				return i, false // h would sit before this key: it is not here
+			}
 		}
 		if i++; i == n {
-			i = 0
+			i, wrapped = 0, true
 		}
 	}
 }
