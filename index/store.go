@@ -106,11 +106,12 @@ func newPool(name string, m *metrics) *pool {
 	return p
 }
 
-// shardOf spreads keys over shards even when keys are not random (tests,
+// shardOf is k's shard.
+func (p *pool) shardOf(k BlockKey) *shard { return &p.shards[shardIndex(k)] }
+
+// shardIndex spreads keys over shards even when keys are not random (tests,
 // small integers): a multiplicative hash's top bits.
-func (p *pool) shardOf(k BlockKey) *shard {
-	return &p.shards[(uint64(k)*0x9E3779B97F4A7C15)>>(64-6)]
-}
+func shardIndex(k BlockKey) int { return int((uint64(k) * 0x9E3779B97F4A7C15) >> (64 - 6)) }
 
 func (p *pool) replica(id ReplicaID) *replicaState {
 	if int(id) >= MaxReplicas {
