@@ -60,13 +60,14 @@ type shard struct {
 }
 
 // prefetchAhead is how many keys ahead of the one it writes a Store,
-// Remove or StoreSpeculative asks for its slot to be fetched: the writes
-// then wait on several cache misses at once instead of one after another.
+// Remove or StoreSpeculative asks for its run's slots to be fetched: the
+// writes then wait on several cache misses at once instead of one after
+// another.
 const prefetchAhead = 4
 
-// prefetchBlocks starts fetching the home slots of keys[i+prefetchAhead]
-// in the block table or, from index specFrom on, the speculative table;
-// i = -1 starts the first prefetchAhead keys.
+// prefetchBlocks starts fetching the runs (rhmap.Hint.Prefetch) of
+// keys[i+prefetchAhead] in the block table or, from index specFrom on, the
+// speculative table; i = -1 starts the first prefetchAhead keys.
 func (p *pool) prefetchBlocks(keys []BlockKey, i, specFrom int) {
 	from := i + prefetchAhead
 	if i < 0 {
