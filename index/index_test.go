@@ -110,6 +110,60 @@ func TestLookupRouteCountsOnlyContiguousPrefix(t *testing.T) {
 	equalRuns(t, f.ix.LookupRoute(f.pool, nil, nil), map[ReplicaID]int{})
 }
 
+// Runs of every length up to a prompt's, so that replicas drop out on, next
+// to and between the boundaries of LookupRoute's batches (of 8, 16, 32, 64,
+// 128 keys), with CPU-tier and speculative blocks mixed in: each replica's
+// match is what its holdings say, block by block.
+func TestLookupRouteMatchesEveryRunLengthAcrossBatches(t *testing.T) {
+	const promptLen = 300
+	f := newFixture(t, MaxReplicas, Options{})
+	rng := rand.New(rand.NewPCG(11, 12))
+	prompt := make([]BlockKey, promptLen)
+	for i := range prompt {
+		prompt[i] = BlockKey(rng.Uint64())
+	}
+	for round := range 40 {
+		for _, r := range f.r { // fresh holdings each round
+			f.ix.Clear(r)
+		}
+		want := map[ReplicaID]Match{}
+		for i, r := range f.r {
+			run := rng.IntN(promptLen + 1)
+			if round == 0 {
+				run = []int{0, 1, 7, 8, 9, 23, 24, 25, 55, 56, 57, 119, 120, 121, 247, 248, 249, promptLen}[i%18]
+			}
+			gpu := 0
+			for b := range run {
+				switch {
+				case b%7 == i%7:
+					f.ix.Store(r, prompt[b:b+1], TierCPU)
+				case b%5 == i%5:
+					f.ix.StoreSpeculative(r, prompt[b:b+1]) // counts as GPU
+					gpu++
+				default:
+					f.ix.Store(r, prompt[b:b+1], TierGPU)
+					gpu++
+				}
+			}
+			if run+1 < promptLen {
+				f.ix.Store(r, prompt[run+1:], TierGPU) // after a gap: not matched
+			}
+			if run > 0 {
+				want[r.ID] = Match{r.ID, run, gpu, float64(gpu) + 0.5*float64(run-gpu)}
+			}
+		}
+		got := f.ix.LookupRoute(f.pool, prompt, nil)
+		if len(got) != len(want) {
+			t.Fatalf("round %d: %d matches, want %d", round, len(got), len(want))
+		}
+		for _, m := range got {
+			if m != want[m.Replica] {
+				t.Fatalf("round %d: replica %d matched %+v, want %+v", round, m.Replica, m, want[m.Replica])
+			}
+		}
+	}
+}
+
 func TestLookupRouteWeighsGPUAboveCPU(t *testing.T) {
 	f := newFixture(t, 3, Options{CPUTierWeight: 0.25})
 	a, b, c := f.r[0], f.r[1], f.r[2]

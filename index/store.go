@@ -60,13 +60,14 @@ type shard struct {
 }
 
 // prefetchAhead is how many keys ahead of the one it writes a Store,
-// Remove or StoreSpeculative asks for its slot to be fetched: the writes
-// then wait on several cache misses at once instead of one after another.
+// Remove or StoreSpeculative asks for its run's slots to be fetched: the
+// writes then wait on several cache misses at once instead of one after
+// another.
 const prefetchAhead = 4
 
-// prefetchBlocks starts fetching the home slots of keys[i+prefetchAhead]
-// in the block table or, from index specFrom on, the speculative table;
-// i = -1 starts the first prefetchAhead keys.
+// prefetchBlocks starts fetching the runs (rhmap.Hint.Prefetch) of
+// keys[i+prefetchAhead] in the block table or, from index specFrom on, the
+// speculative table; i = -1 starts the first prefetchAhead keys.
 func (p *pool) prefetchBlocks(keys []BlockKey, i, specFrom int) {
 	from := i + prefetchAhead
 	if i < 0 {
@@ -107,11 +108,12 @@ func newPool(name string, m *metrics) *pool {
 	return p
 }
 
-// shardOf spreads keys over shards even when keys are not random (tests,
+// shardOf is k's shard.
+func (p *pool) shardOf(k BlockKey) *shard { return &p.shards[shardIndex(k)] }
+
+// shardIndex spreads keys over shards even when keys are not random (tests,
 // small integers): a multiplicative hash's top bits.
-func (p *pool) shardOf(k BlockKey) *shard {
-	return &p.shards[(uint64(k)*0x9E3779B97F4A7C15)>>(64-6)]
-}
+func shardIndex(k BlockKey) int { return int((uint64(k) * 0x9E3779B97F4A7C15) >> (64 - 6)) }
 
 func (p *pool) replica(id ReplicaID) *replicaState {
 	if int(id) >= MaxReplicas {

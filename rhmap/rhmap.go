@@ -49,6 +49,16 @@ const (
 	// would mostly cover other heap memory; at 256 KiB a 64-shard index
 	// shard table qualifies from about 11k entries (docs/PERFORMANCE.md).
 	hugeAdviseBytes = 256 << 10
+	// denseFetchSlots and sparseFetchSlots are how many slots from a key's
+	// home Hint.Prefetch fetches. A Put of a new key walks from its home past
+	// the keys that go before it to the run's next empty slot, shifting them
+	// on; a Delete walks to the end of the run to shift it back. At a dense
+	// table's fill that walk spans ~15 slots at 82 % full, ~30 at 87 %, and
+	// each further cache line it reaches was a miss of its own
+	// (docs/PERFORMANCE.md); in a sparse table runs are short.
+	denseFetchSlots  = 24
+	sparseFetchSlots = 8
+	cacheLineBytes   = 64
 )
 
 // Map maps uint64 keys to values of type V. V should hold no pointers (the
@@ -132,16 +142,17 @@ func (m *Map[V]) sizeFor(n int) int {
 }
 
 // Hint publishes where a Map's slots are, so that a goroutine that does not
-// hold the Map's lock can ask the CPU to start fetching a key's home slot
-// before it takes the lock (Prefetch): a writer of keys spread over a large
-// index waits for one cache miss per key, and the lock's atomic instructions
-// keep those misses from overlapping. Its fields are atomic, so reading
-// them races with nothing; a stale or mixed reading only fetches a useless
-// line (a prefetch never faults).
+// hold the Map's lock can ask the CPU to start fetching a key's slots before
+// it takes the lock (Prefetch): a writer of keys spread over a large index
+// waits for the cache misses of each key's run, and the lock's atomic
+// instructions keep those misses from overlapping. Its fields are atomic, so
+// reading them races with nothing; a stale or mixed reading only fetches
+// useless lines (a prefetch never faults).
 type Hint struct {
-	base     atomic.Uintptr
-	slots    atomic.Int64
-	slotSize atomic.Int64
+	base       atomic.Uintptr
+	slots      atomic.Int64
+	slotSize   atomic.Int64
+	fetchBytes atomic.Int64 // from a key's home slot on
 }
 
 // SetHint makes m publish its slots to h now and whenever it reallocates
@@ -160,19 +171,41 @@ func (m *Map[V]) publish() {
 		return
 	}
 	m.hint.base.Store(uintptr(unsafe.Pointer(&m.slots[0])))
-	m.hint.slotSize.Store(int64(unsafe.Sizeof(m.slots[0])))
+	size := int64(unsafe.Sizeof(m.slots[0]))
+	m.hint.slotSize.Store(size)
+	if m.sparse {
+		m.hint.fetchBytes.Store(sparseFetchSlots * size)
+	} else {
+		m.hint.fetchBytes.Store(denseFetchSlots * size)
+	}
 	m.hint.slots.Store(int64(len(m.slots)))
 }
 
-// Prefetch starts loading key k's home slot into the CPU cache (a no-op
-// without amd64 assembly, and under the race detector: raceEnabled).
+// Prefetch starts loading key k's home slot and the slots after it that a
+// Put or Delete of k is likely to walk (denseFetchSlots, sparseFetchSlots)
+// into the CPU cache (a no-op without amd64 assembly, and under the race
+// detector: raceEnabled).
 func (h *Hint) Prefetch(k uint64) {
 	if raceEnabled {
 		return
 	}
-	if n := h.slots.Load(); n > 0 {
-		prefetch.Line(h.base.Load() + uintptr(home(hash(k), int(n)))*uintptr(h.slotSize.Load()))
+	from, to := h.window(k)
+	for l := from; l < to; l += cacheLineBytes {
+		prefetch.Line(l)
 	}
+}
+
+// window is the memory Prefetch fetches for key k: from the start of the
+// cache line of k's home slot to the end of the fetched slots (which may
+// pass the table's end: a prefetch never faults). It is empty while the Map
+// has no slots.
+func (h *Hint) window(k uint64) (from, to uintptr) {
+	n := h.slots.Load()
+	if n == 0 {
+		return 0, 0
+	}
+	a := h.base.Load() + uintptr(home(hash(k), int(n)))*uintptr(h.slotSize.Load())
+	return a &^ (cacheLineBytes - 1), a + uintptr(h.fetchBytes.Load())
 }
 
 // Len is the number of entries held.
@@ -252,22 +285,10 @@ func (m *Map[V]) Find(k uint64) int {
 	if m.n == 0 {
 		return -1
 	}
-	h := hash(k)
-	h0, h1 := uint32(h), uint32(h>>32)
-	n := len(m.slots)
-	i := home(h, n)
-	for d := 0; ; d++ {
-		s := &m.slots[i]
-		if s.h0 == h0 && s.h1 == h1 {
-			return i
-		}
-		if s.h0|s.h1 == 0 || d > 0 && m.dist(i) < d {
-			return -1
-		}
-		if i++; i == n {
-			i = 0
-		}
+	if i, ok := m.probe(hash(k)); ok {
+		return i
 	}
+	return -1
 }
 
 // Get returns k's value.
@@ -283,11 +304,16 @@ func (m *Map[V]) Get(k uint64) (V, bool) {
 // the slot Robin Hood order puts it in and false. Keys of one home are kept
 // in hash order, so a whole table is in hash order from any empty slot on
 // (resize relies on it): h goes before the first key nearer its home than h
-// would be, or as near and of a greater hash. The table must have a free
-// slot.
+// would be, or as near and of a greater hash. As homes grow with hashes, a
+// walk from h's home that has not wrapped past the last slot passes only
+// keys of smaller hashes before reaching h's place, so that test (a
+// multiply) is needed only at a key of a greater hash (where the walk
+// ends, unless the key is one wrapped from the top slots) and, once the walk
+// has wrapped, at every key. The table must have a free slot.
 func (m *Map[V]) probe(h uint64) (int, bool) {
 	n := len(m.slots)
 	i := home(h, n)
+	wrapped := false
 	for d := 0; ; d++ {
 		s := m.slots[i].hash()
 		if s == h {
@@ -296,15 +322,17 @@ func (m *Map[V]) probe(h uint64) (int, bool) {
 		if s == 0 {
 			return i, false
 		}
-		sd := i - home(s, n)
-		if sd < 0 {
-			sd += n
-		}
-		if sd < d || sd == d && s > h {
-			return i, false // h would sit before this key: it is not here
+		if s > h || wrapped {
+			sd := i - home(s, n)
+			if sd < 0 {
+				sd += n
+			}
+			if sd < d || sd == d && s > h {
+				return i, false // h would sit before this key: it is not here
+			}
 		}
 		if i++; i == n {
-			i = 0
+			i, wrapped = 0, true
 		}
 	}
 }

@@ -330,12 +330,16 @@ func TestHintFollowsTheSlots(t *testing.T) {
 	m := &Map[val]{}
 	m.SetHint(&h)
 	h.Prefetch(1) // empty: nothing to fetch
+	if from, to := h.window(1); from != to {
+		t.Fatalf("an empty map's window is %x..%x", from, to)
+	}
 	for k := uint64(1); k <= 10_000; k++ {
 		m.Put(k, val{1, 2, 3})
 		h.Prefetch(k)
 		if got, want := h.base.Load(), uintptr(unsafe.Pointer(&m.slots[0])); got != want || h.slots.Load() != int64(len(m.slots)) {
 			t.Fatalf("after %d puts the hint says %x/%d, the slots are at %x/%d", k, got, h.slots.Load(), want, len(m.slots))
 		}
+		checkWindow(t, &h, m, k, denseFetchSlots)
 	}
 	for k := uint64(1); k <= 9_900; k++ {
 		m.Delete(k)
@@ -345,5 +349,23 @@ func TestHintFollowsTheSlots(t *testing.T) {
 	}
 	for _, addr := range []uintptr{0, 1, ^uintptr(0), h.base.Load() + 1<<40} {
 		prefetch.Line(addr)
+	}
+	sparse := Sparse[val]()
+	sparse.SetHint(&h)
+	for k := uint64(1); k <= 1000; k++ {
+		sparse.Put(k, val{})
+		checkWindow(t, &h, &sparse, k, sparseFetchSlots)
+	}
+}
+
+// checkWindow fails unless h's window for key k starts on the cache line of
+// k's home slot and covers that slot and the fetched ones after it.
+func checkWindow(t *testing.T, h *Hint, m *Map[val], k uint64, fetched int) {
+	t.Helper()
+	from, to := h.window(k)
+	homeSlot := uintptr(unsafe.Pointer(&m.slots[home(hash(k), len(m.slots))]))
+	end := homeSlot + uintptr(fetched)*unsafe.Sizeof(m.slots[0])
+	if from%cacheLineBytes != 0 || from > homeSlot || homeSlot-from >= cacheLineBytes || to != end {
+		t.Fatalf("key %d: window %x..%x, home slot at %x, %d slots end at %x", k, from, to, homeSlot, fetched, end)
 	}
 }
