@@ -215,11 +215,22 @@ type scanFinder struct {
 }
 
 func (f scanFinder) appendMatches(dst []span, s string) []span {
-	for i := 0; i < len(s); {
+	for i := 0; ; {
+		start, end := f.next(s, i)
+		if start < 0 {
+			return dst
+		}
+		dst = append(dst, span{start, end})
+		i = end
+	}
+}
+
+// next returns the first match at or after i, or -1, -1 when there is none:
+// where the pattern does not match at a character, the next one is tried.
+func (f scanFinder) next(s string, i int) (start, end int) {
+	for i < len(s) {
 		if e := f.scan(s, i); e > i {
-			dst = append(dst, span{i, e})
-			i = e
-			continue
+			return i, e
 		}
 		if s[i] < utf8.RuneSelf {
 			i++
@@ -228,28 +239,23 @@ func (f scanFinder) appendMatches(dst []span, s string) []span {
 			i += n
 		}
 	}
-	return dst
+	return -1, -1
 }
 
 // appendPieces is isolate for a scanner in one pass: each match and each
 // gap between matches becomes a piece as it is found.
 func (f scanFinder) appendPieces(dst []piece, p piece) []piece {
 	s, prev := p.s, 0
-	for i := 0; i < len(s); {
-		if e := f.scan(s, i); e > i {
-			if i > prev {
-				dst = append(dst, piece{s[prev:i], p.atStart && prev == 0})
-			}
-			dst = append(dst, piece{s[i:e], p.atStart && i == 0})
-			i, prev = e, e
-			continue
+	for {
+		start, end := f.next(s, prev)
+		if start < 0 {
+			break
 		}
-		if s[i] < utf8.RuneSelf {
-			i++
-		} else {
-			_, n := utf8.DecodeRuneInString(s[i:])
-			i += n
+		if start > prev {
+			dst = append(dst, piece{s[prev:start], p.atStart && prev == 0})
 		}
+		dst = append(dst, piece{s[start:end], p.atStart && start == 0})
+		prev = end
 	}
 	if prev < len(s) {
 		dst = append(dst, piece{s[prev:], p.atStart && prev == 0})
