@@ -217,8 +217,8 @@ func (b *bpeModel) encodeWord(ids []int, w string, st *scratch) []int {
 }
 
 // encodeWordHashed is encodeWord given, when hashed, w's word-cache hash h.
-// cold reports that w was not among the scratch's recent words (it went to
-// the shared word cache, or to BPE).
+// cold reports that w went to the shared word cache or to BPE (neither the
+// scratch's recent words nor, with ignore_merges, the vocabulary had it).
 func (b *bpeModel) encodeWordHashed(ids []int, w string, h uint64, hashed bool, st *scratch) (out []int, cold bool) {
 	if st.recent == nil {
 		st.recent = new(recentWords)

@@ -19,7 +19,6 @@ type vocabTable struct {
 	seed  maphash.Seed
 	text  string      // every token's text, back to back
 	slots []vocabSlot // len a power of two, at least 4/3 of the entries
-	n     int
 }
 
 // vocabSlot locates one token's text in vocabTable.text. id1 is its id + 1:
@@ -36,7 +35,7 @@ const maxVocabTextBytes = 1 << 30
 
 // newVocabTable builds a table holding m's entries (ids in [0, 2^31-1)).
 func newVocabTable(m map[string]int) (*vocabTable, error) {
-	v := &vocabTable{seed: maphash.MakeSeed(), n: len(m)}
+	v := &vocabTable{seed: maphash.MakeSeed()}
 	size := 0
 	for tok := range m {
 		size += len(tok)
@@ -76,6 +75,3 @@ func (v *vocabTable) get(tok string) (int, bool) {
 		}
 	}
 }
-
-// len returns the number of entries.
-func (v *vocabTable) len() int { return v.n }
