@@ -350,3 +350,29 @@ func BenchmarkPreTokenize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMergeNewWords is BPE alone (mergeSmall or mergeHeap, no word
+// cache) on the words of 16 made-up texts of 2,000 words each, the words of
+// BenchmarkEncodeNewWords; it reports the time a word.
+func BenchmarkMergeNewWords(b *testing.B) {
+	for _, name := range benchModels {
+		b.Run(name, func(b *testing.B) {
+			tok := loadTokenizer(b, name, false)
+			st := getScratch()
+			defer putScratch(st)
+			var words []string
+			for seed := range uint64(16) {
+				for _, w := range tok.preTokenizer.split(nil, piece{testdata.MadeUpProse(seed, 2000), true}, st) {
+					words = append(words, w.s)
+				}
+			}
+			var ids []int
+			i := 0
+			for b.Loop() {
+				ids = tok.model.merge(ids[:0], words[i%len(words)], st)
+				i++
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/word")
+		})
+	}
+}

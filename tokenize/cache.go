@@ -32,6 +32,51 @@ type wordCache struct {
 	seed       maphash.Seed
 	shardWords int // bound per shard: shardWords, smaller in tests
 	shards     [cacheShards]cacheShard
+	doors      [cacheShards]doorkeeper // doors[i] admits shards[i]'s words
+}
+
+// doorBitsLog is the log2 of a doorkeeper's bits: 16,384 bits (2 KiB) a
+// shard, cleared after 2*shardWords first sightings, so at most ~22 % of
+// its bits are set and as many once-seen words are let in as before.
+const doorBitsLog = 14
+
+// doorkeeper is a shard's admission filter (TinyLFU's doorkeeper): a bit
+// per hash bucket, set when a word is first asked for. A word enters the
+// shard only when its bit was already set, on its second sighting, so a
+// word seen once (a document's names and numbers, a made-up word) takes
+// neither the shard's lock nor a probe, and does not fill the shard, which
+// is emptied when full, with words that push out those text keeps using.
+// Every cached word's bit is set unless the filter was cleared since; such
+// a word is merged once more, its bit set again, and found the time after:
+// the filter costs time, never a wrong answer.
+type doorkeeper struct {
+	bits  [1 << doorBitsLog / 64]atomic.Uint64
+	marks atomic.Int32 // bits set since the last clear
+	_     [60]byte     // doorkeepers on separate cache lines
+}
+
+// doorBit returns the word and mask of h's bit: h's top bits, which the
+// shard (h's low bits) and the home slot do not use.
+func (d *doorkeeper) doorBit(h uint64) (*atomic.Uint64, uint64) {
+	i := h >> (64 - doorBitsLog)
+	return &d.bits[i/64], 1 << (i % 64)
+}
+
+// admit reports whether h's bit was set, and sets it; the call that sets
+// the limit-th bit since the last clear clears them all.
+func (d *doorkeeper) admit(h uint64, limit int32) bool {
+	w, m := d.doorBit(h)
+	if w.Load()&m != 0 {
+		return true
+	}
+	w.Or(m)
+	if d.marks.Add(1) == limit {
+		for i := range d.bits {
+			d.bits[i].Store(0)
+		}
+		d.marks.Store(0)
+	}
+	return false
 }
 
 type cacheShard struct {
@@ -92,6 +137,8 @@ func (s *cacheShard) find(w string, h uint64, tag uint32) (int, bool) {
 // h, ahead of its lookup. It takes no lock: a table replaced meanwhile only
 // makes it fetch a useless line.
 func (c *wordCache) prefetch(h uint64) {
+	w, _ := c.doors[h%cacheShards].doorBit(h)
+	prefetch.Line(uintptr(unsafe.Pointer(w)))
 	s, h, _ := c.locate(h)
 	if base := s.base.Load(); base != 0 {
 		prefetch.Line(base + uintptr(h&s.mask.Load())*unsafe.Sizeof(wordSlot{}))
@@ -100,10 +147,14 @@ func (c *wordCache) prefetch(h uint64) {
 
 // appendGetOrMerge appends the ids of w (hashed to h, at most
 // maxCachedWordBytes bytes) to dst: the cached ones, or those b.merge
-// makes, which it caches. The shard stays locked while b merges the word (a
-// few hundred nanoseconds), so a miss costs one lock and one probe, and the
-// CPU runs the merge while the probe's slot is still being loaded.
+// makes, which it caches when the shard's doorkeeper admits w. The shard
+// stays locked while b merges the word (a few hundred nanoseconds), so a
+// miss costs one lock and one probe, and the CPU runs the merge while the
+// probe's slot is still being loaded.
 func (c *wordCache) appendGetOrMerge(dst []int, w string, h uint64, b *bpeModel, st *scratch) []int {
+	if !c.doors[h%cacheShards].admit(h, int32(2*c.shardWords)) {
+		return b.merge(dst, w, st)
+	}
 	s, h, tag := c.locate(h)
 	s.mu.Lock()
 	defer s.mu.Unlock() // deferred: a panic in merge (a bug) must not leave the shard locked

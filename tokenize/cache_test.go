@@ -157,3 +157,61 @@ func (c *wordCache) put(w string, h uint64, ids []int) {
 		c.insert(s, w, h, tag, i, ids)
 	}
 }
+
+// TestDoorkeeperAdmitsOnTheSecondSighting: the shared word cache merges a
+// word it has not been asked for without caching it, caches it the second
+// time, and answers the same ids all three times.
+func TestDoorkeeperAdmitsOnTheSecondSighting(t *testing.T) {
+	b := *loadTokenizer(t, "qwen3", true).model
+	b.cache = newWordCache()
+	st := getScratch()
+	defer putScratch(st)
+	cached := func() (n int) {
+		for i := range b.cache.shards {
+			n += b.cache.shards[i].n
+		}
+		return n
+	}
+	for _, w := range []string{" kranlomp", " hello", "zentwirl"} {
+		h := b.cache.hash(w)
+		want := b.merge(nil, w, st)
+		before := cached()
+		for sighting, wantCached := range []int{before, before + 1, before + 1} {
+			got := b.cache.appendGetOrMerge(nil, w, h, &b, st)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%q sighting %d: %v, want %v", w, sighting+1, got, want)
+			}
+			if n := cached(); n != wantCached {
+				t.Fatalf("%q sighting %d: %d words cached, want %d", w, sighting+1, n, wantCached)
+			}
+		}
+	}
+}
+
+// TestDoorkeeperClearsAtItsLimit: the limit-th first sighting clears every
+// bit, so a word seen before the clear is a first sighting again.
+func TestDoorkeeperClearsAtItsLimit(t *testing.T) {
+	var d doorkeeper
+	const limit = 8
+	h := func(i uint64) uint64 { return i << (64 - doorBitsLog) } // bit i
+	if d.admit(h(0), limit) || !d.admit(h(0), limit) {
+		t.Fatal("bit 0: want a first sighting, then a second")
+	}
+	for i := uint64(1); i < limit-1; i++ {
+		if d.admit(h(i), limit) {
+			t.Fatalf("bit %d set before its first sighting", i)
+		}
+	}
+	if !d.admit(h(0), limit) {
+		t.Fatal("bit 0 cleared before the limit")
+	}
+	d.admit(h(limit-1), limit) // the limit-th: clears
+	for i := range uint64(limit - 1) {
+		if d.admit(h(i), limit) {
+			t.Fatalf("bit %d still set after the clear", i)
+		}
+	}
+	if got := d.marks.Load(); got != limit-1 {
+		t.Fatalf("%d marks after the clear and %d first sightings, want %d", got, limit-1, limit-1)
+	}
+}
