@@ -229,7 +229,17 @@ func (t *Tokenizer) encodeWords(ids []int, s string, atStart bool, st *scratch) 
 		return t.model.encodeWord(ids, s, st)
 	}
 	words := t.preTokenizer.split(st.words[:0], piece{s, atStart}, st)
-	b := t.model
+	if len(words) >= parallelMinWords {
+		ids = t.model.encodeWordListParallel(ids, words, st)
+	} else {
+		ids = t.model.encodeWordList(ids, words, st)
+	}
+	st.words = words[:0]
+	return ids
+}
+
+// encodeWordList appends the ids of pre-tokenized words.
+func (b *bpeModel) encodeWordList(ids []int, words []piece, st *scratch) []int {
 	var h uint64 // words[k]'s word-cache hash, when hashed
 	hashed, cold := false, false
 	for k, w := range words {
@@ -245,6 +255,5 @@ func (t *Tokenizer) encodeWords(ids []int, s string, atStart bool, st *scratch) 
 		ids, cold = b.encodeWordHashed(ids, w.s, h, hashed, st)
 		h, hashed = hNext, hashedNext
 	}
-	st.words = words[:0]
 	return ids
 }
