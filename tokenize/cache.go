@@ -63,19 +63,25 @@ func (d *doorkeeper) doorBit(h uint64) (*atomic.Uint64, uint64) {
 }
 
 // admit reports whether h's bit was set, and sets it; the call that sets
-// the limit-th bit since the last clear clears them all.
+// the limit-th bit since the last clear clears them all. Loads and stores,
+// no read-modify-write: two goroutines setting bits of one word at once
+// may lose one of them, or a mark, which costs a word one more merge, or
+// the filter a later clear, and saves two locked instructions a word.
 func (d *doorkeeper) admit(h uint64, limit int32) bool {
 	w, m := d.doorBit(h)
-	if w.Load()&m != 0 {
+	old := w.Load()
+	if old&m != 0 {
 		return true
 	}
-	w.Or(m)
-	if d.marks.Add(1) == limit {
-		for i := range d.bits {
-			d.bits[i].Store(0)
-		}
-		d.marks.Store(0)
+	w.Store(old | m)
+	if marks := d.marks.Load() + 1; marks < limit {
+		d.marks.Store(marks)
+		return false
 	}
+	for i := range d.bits {
+		d.bits[i].Store(0)
+	}
+	d.marks.Store(0)
 	return false
 }
 
