@@ -496,6 +496,9 @@ type scratch struct {
 	list       []symbol // mergeHeap's linked list
 	heap       []mergeItem
 	recent     *recentWords // lazily allocated
+	// A parallel encode's chunk ids, the caller's and its helper's
+	// (encodeWordListParallel).
+	chunkIDs, helperIDs []int
 }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}

@@ -29,14 +29,31 @@ const (
 )
 
 // chunkedWords is one parallel encode: the words, the next chunk to take,
-// and each chunk's ids.
+// and where each chunk's ids are: bufs[0] is the caller's, bufs[1] the
+// helper's, both kept in the caller's scratch between encodes.
 type chunkedWords struct {
 	words  []piece
 	next   atomic.Int32
-	ids    [][]int
+	chunks []chunkIDs
+	bufs   [2][]int
 	state  atomic.Int32
 	done   chan struct{} // closed when a started helper has finished
 	panick any           // what the helper panicked with (a bug), re-raised by the caller
+}
+
+// chunkIDs locates a chunk's ids: bufs[buf][start:end].
+type chunkIDs struct {
+	buf        uint8
+	start, end int32
+}
+
+// maxKeptChunkIDs bounds the chunk buffers a scratch keeps between encodes
+// (512 KiB each); a longer segment's are left to the collector.
+const maxKeptChunkIDs = 64 << 10
+
+func newChunkedWords(words []piece, st *scratch) *chunkedWords {
+	return &chunkedWords{words: words, chunks: make([]chunkIDs, (len(words)+parallelChunkWords-1)/parallelChunkWords),
+		bufs: [2][]int{st.chunkIDs[:0], st.helperIDs[:0]}, done: make(chan struct{})}
 }
 
 // encodeWordListParallel is encodeWordList with a helper goroutine, when a
@@ -49,10 +66,14 @@ func (b *bpeModel) encodeWordListParallel(ids []int, words []piece, st *scratch)
 		encodeHelpers.Add(-1)
 		return b.encodeWordList(ids, words, st)
 	}
-	c := &chunkedWords{words: words, ids: make([][]int, (len(words)+parallelChunkWords-1)/parallelChunkWords), done: make(chan struct{})}
+	c := newChunkedWords(words, st)
 	go b.helpEncode(c)
-	c.encodeChunks(b, st)
-	return c.join(ids)
+	c.encodeChunks(b, 0, st)
+	ids = c.join(ids)
+	if cap(c.bufs[0]) <= maxKeptChunkIDs && cap(c.bufs[1]) <= maxKeptChunkIDs {
+		st.chunkIDs, st.helperIDs = c.bufs[0][:0], c.bufs[1][:0]
+	}
+	return ids
 }
 
 // join, once the caller has run out of chunks, cancels the helper if it has
@@ -65,14 +86,14 @@ func (c *chunkedWords) join(ids []int) []int {
 	if c.panick != nil {
 		panic(c.panick)
 	}
-	for _, chunk := range c.ids {
-		ids = append(ids, chunk...)
+	for _, ch := range c.chunks {
+		ids = append(ids, c.bufs[ch.buf][ch.start:ch.end]...)
 	}
 	return ids
 }
 
-// helpEncode is the helper goroutine: it encodes chunks until none is left,
-// unless the caller finished first.
+// helpEncode is the helper goroutine: it encodes chunks into bufs[1] until
+// none is left, unless the caller finished first.
 func (b *bpeModel) helpEncode(c *chunkedWords) {
 	defer encodeHelpers.Add(-1)
 	if !c.state.CompareAndSwap(helperPending, helperRunning) {
@@ -85,19 +106,21 @@ func (b *bpeModel) helpEncode(c *chunkedWords) {
 		}
 	}()
 	st := getScratch()
-	c.encodeChunks(b, st)
+	c.encodeChunks(b, 1, st)
 	putScratch(st)
 }
 
-// encodeChunks takes chunks and encodes each into its own ids until none
-// is left.
-func (c *chunkedWords) encodeChunks(b *bpeModel, st *scratch) {
+// encodeChunks takes chunks and appends each one's ids to bufs[buf] until
+// none is left.
+func (c *chunkedWords) encodeChunks(b *bpeModel, buf uint8, st *scratch) {
 	for {
 		i := int(c.next.Add(1) - 1)
-		if i >= len(c.ids) {
+		if i >= len(c.chunks) {
 			return
 		}
 		words := c.words[i*parallelChunkWords : min((i+1)*parallelChunkWords, len(c.words))]
-		c.ids[i] = b.encodeWordList(make([]int, 0, 2*len(words)), words, st)
+		start := len(c.bufs[buf])
+		c.bufs[buf] = b.encodeWordList(c.bufs[buf], words, st)
+		c.chunks[i] = chunkIDs{buf: buf, start: int32(start), end: int32(len(c.bufs[buf]))}
 	}
 }

@@ -92,7 +92,7 @@ func TestParallelEncodeHelperPanicReachesTheCaller(t *testing.T) {
 	broken := *tok.model
 	broken.cache = nil // encodeWordList dereferences it
 	words := tok.preTokenizer.split(nil, piece{strings.Repeat(" zentwirl", parallelMinWords), true}, getScratch())
-	c := &chunkedWords{words: words, ids: make([][]int, 4), done: make(chan struct{})}
+	c := newChunkedWords(words, getScratch())
 	encodeHelpers.Add(1) // helpEncode releases its count
 	broken.helpEncode(c)
 	<-c.done
@@ -116,8 +116,8 @@ func TestParallelEncodeDoesNotWaitForALateHelper(t *testing.T) {
 	defer putScratch(st)
 	words := slices.Clone(tok.preTokenizer.split(nil, piece{testdata.MadeUpProse(3, parallelMinWords), true}, st))
 	want := tok.model.encodeWordList(nil, words, st)
-	c := &chunkedWords{words: words, ids: make([][]int, (len(words)+parallelChunkWords-1)/parallelChunkWords), done: make(chan struct{})}
-	c.encodeChunks(tok.model, st)
+	c := newChunkedWords(words, st)
+	c.encodeChunks(tok.model, 0, st)
 	if got := c.join(nil); !slices.Equal(got, want) { // blocks forever if it waits
 		t.Fatal("ids differ from the serial encode")
 	}
