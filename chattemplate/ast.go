@@ -69,10 +69,12 @@ type continueNode struct{}
 
 // assignTarget is a name, a tuple of targets, or ns.attr.
 type assignTarget struct {
-	name  string
-	attr  string // with name: namespace attribute assignment
-	tuple []assignTarget
-	isTup bool
+	name string
+	attr string // with name: namespace attribute assignment
+	// attrKey is attr boxed once, the key ns.attrs.Set takes.
+	attrKey Value
+	tuple   []assignTarget
+	isTup   bool
 }
 
 // Expression nodes.
@@ -107,7 +109,7 @@ type sliceExpr struct {
 type callExpr struct {
 	fn      expr
 	args    []expr
-	kwNames []string
+	kwNames []Value // strings, boxed once here rather than at every call
 	kwVals  []expr
 	star    expr
 	starKw  expr
@@ -117,7 +119,7 @@ type filterExpr struct {
 	val     expr // nil inside filter blocks and set blocks
 	name    string
 	args    []expr
-	kwNames []string
+	kwNames []Value // strings, boxed once here rather than at every call
 	kwVals  []expr
 }
 
@@ -125,7 +127,7 @@ type testExpr struct {
 	val     expr
 	name    string
 	args    []expr
-	kwNames []string
+	kwNames []Value // strings, boxed once here rather than at every call
 	kwVals  []expr
 	negate  bool
 }

@@ -89,7 +89,7 @@ func builtinRange(st *state, args []Value, kw *Dict) (Value, error) {
 }
 
 func builtinNamespace(st *state, args []Value, kw *Dict) (Value, error) {
-	ns := &Namespace{attrs: NewDict()}
+	ns := newNamespace()
 	for _, a := range args {
 		d, ok := a.(*Dict)
 		if !ok {

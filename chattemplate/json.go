@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -233,7 +232,7 @@ func (d *jsonDecoder) value(depth int) (Value, error) {
 			if d.s[d.i] == ']' {
 				d.i++
 				items := d.stack[base:]
-				l := &List{Items: slices.Clone(items)}
+				l := newListOf(items)
 				clear(items)
 				d.stack = d.stack[:base]
 				return l, nil

@@ -446,7 +446,7 @@ func (p *parser) parseAssignTarget(endNames []string, withNamespace bool) (assig
 			if err != nil {
 				return assignTarget{}, err
 			}
-			return assignTarget{name: t.val, attr: a.val}, nil
+			return assignTarget{name: t.val, attr: a.val, attrKey: a.val}, nil
 		}
 		return assignTarget{name: t.val}, nil
 	}
@@ -691,6 +691,14 @@ func (p *parser) parseUnary(withFilter bool) (expr, error) {
 			return nil, err
 		}
 		e = &unaryExpr{op: "-", e: inner}
+		if c, ok := inner.(*constExpr); ok {
+			// A negative literal (messages[::-1], loop.index0 - 1 is not one):
+			// fold it now, so each evaluation does not box the number
+			// again. negate is pure; an error is left for run time.
+			if v, err := negate(c.v); err == nil {
+				e = &constExpr{v: v}
+			}
+		}
 	case p.isOp("+"):
 		p.next()
 		inner, err := p.parseUnary(false)
@@ -890,7 +898,7 @@ func (p *parser) parseSubscribed(obj expr) (expr, error) {
 
 type callArgs struct {
 	args    []expr
-	kwNames []string
+	kwNames []Value
 	kwVals  []expr
 	star    expr
 	starKw  expr

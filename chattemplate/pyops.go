@@ -221,18 +221,20 @@ func sliceIndices(start, stop, step Value, n int) (int, int, int, error) {
 	return a, b, st, nil
 }
 
-func sliceRange(a, b, step int) []int {
-	var out []int
+// sliceLen is how many indices a, a+step, a+2*step, ... lie before b
+// (past it, for a negative step): the length of Python's x[a:b:step] once
+// sliceIndices has resolved a and b.
+func sliceLen(a, b, step int) int {
 	if step > 0 {
-		for i := a; i < b; i += step {
-			out = append(out, i)
+		if b <= a {
+			return 0
 		}
-	} else {
-		for i := a; i > b; i += step {
-			out = append(out, i)
-		}
+		return (b - a + step - 1) / step
 	}
-	return out
+	if a <= b {
+		return 0
+	}
+	return (a - b - step - 1) / -step
 }
 
 func sliceValue(obj, start, stop, step Value) (Value, error) {
@@ -244,19 +246,19 @@ func sliceValue(obj, start, stop, step Value) (Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := &List{}
-		for _, i := range sliceRange(a, b, s) {
-			out.Items = append(out.Items, x.Items[i])
+		items := make([]Value, sliceLen(a, b, s))
+		for k, i := 0, a; k < len(items); k, i = k+1, i+s {
+			items[k] = x.Items[i]
 		}
-		return out, nil
+		return &List{Items: items}, nil
 	case Tuple:
 		a, b, s, err := sliceIndices(start, stop, step, len(x))
 		if err != nil {
 			return nil, err
 		}
-		out := Tuple{}
-		for _, i := range sliceRange(a, b, s) {
-			out = append(out, x[i])
+		out := make(Tuple, sliceLen(a, b, s))
+		for k, i := 0, a; k < len(out); k, i = k+1, i+s {
+			out[k] = x[i]
 		}
 		return out, nil
 	case string:
@@ -281,7 +283,7 @@ func sliceValue(obj, start, stop, step Value) (Value, error) {
 			return string(rs[a:b]), nil
 		}
 		var sb strings.Builder
-		for _, i := range sliceRange(a, b, s) {
+		for k, i := 0, a; k < sliceLen(a, b, s); k, i = k+1, i+s {
 			if ascii {
 				sb.WriteByte(x[i])
 			} else {

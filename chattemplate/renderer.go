@@ -123,7 +123,9 @@ func (r *Renderer) RenderRequest(req *Request) (string, error) {
 // can render every request into one reused buffer. On error the returned
 // slice's contents after len(dst) are unspecified.
 func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
-	conv := &List{Items: make([]Value, 0, len(req.Messages.Items))}
+	// The conversation is the request's own list while every message is
+	// passed on as sent (messageAsSent); a new list from the first that is not.
+	conv := req.Messages
 	for i, m := range req.Messages.Items {
 		md, ok := m.(*Dict)
 		if !ok {
@@ -133,47 +135,55 @@ func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 		if err != nil {
 			return dst, fmt.Errorf("messages[%d]: %w", i, err)
 		}
-		conv.Items = append(conv.Items, pm)
+		if conv == req.Messages && pm != md {
+			conv = &List{Items: make([]Value, i, len(req.Messages.Items))}
+			copy(conv.Items, req.Messages.Items[:i])
+		}
+		if conv != req.Messages {
+			conv.Items = append(conv.Items, pm)
+		}
 	}
 	postprocessToolCalls(conv)
 
-	kwargs := NewDict()
-	kwargs.Set("add_generation_prompt", req.AddGenerationPrompt)
-	kwargs.Set("continue_final_message", req.ContinueFinalMessage)
+	// The template's variables, as apply_chat_template passes them: the
+	// specials, then the keyword arguments (a chat_template_kwargs entry
+	// overrides an earlier one of the same name) except apply_chat_template's
+	// own parameters, then the conversation.
+	st := newState(RenderOptions{Now: r.now})
+	for name, v := range r.specials {
+		st.vars.set(name, v)
+	}
+	st.vars.set("add_generation_prompt", req.AddGenerationPrompt)
+	var cfm Value = req.ContinueFinalMessage // continue_final_message is a parameter, not a variable
 	var tools Value
 	if req.Tools != nil {
 		tools = toolDicts(req.Tools)
 	}
-	kwargs.Set("tools", tools)
-	kwargs.Set("documents", req.Documents)
+	st.vars.set("tools", tools)
+	st.vars.set("documents", req.Documents)
 	if req.ChatTemplateKwargs != nil {
 		for i, k := range req.ChatTemplateKwargs.keys {
-			ks, _ := k.(string)
+			ks, isStr := k.(string)
 			if ks == "chat_template" || ks == "tokenize" {
 				return dst, fmt.Errorf("unexpected chat template kwarg %q", ks)
 			}
-			kwargs.Set(k, req.ChatTemplateKwargs.vals[i])
+			v := req.ChatTemplateKwargs.vals[i]
+			if ks == "continue_final_message" {
+				cfm = v
+			}
+			if !isStr || applyChatTemplateParams[ks] {
+				continue
+			}
+			st.vars.set(ks, v)
 		}
 	}
-
-	ctx := make(map[string]any, len(r.specials)+len(kwargs.keys)+1)
-	for name, v := range r.specials {
-		ctx[name] = v
-	}
-	for i, k := range kwargs.keys {
-		ks, ok := k.(string)
-		if !ok || applyChatTemplateParams[ks] {
-			continue
-		}
-		ctx[ks] = kwargs.vals[i]
-	}
-	ctx["messages"] = conv
+	st.vars.set("messages", conv)
 	base := len(dst)
-	out, err := r.tpl.AppendRender(dst, ctx, RenderOptions{Now: r.now, SizeHint: renderSizeHint(conv)})
+	out, err := st.render(r.tpl, dst, renderSizeHint(conv))
 	if err != nil {
 		return out, err
 	}
-	if cfm, _ := kwargs.Get("continue_final_message"); truthy(cfm) {
+	if truthy(cfm) {
 		rendered := out[base:]
 		// The cut is a prefix of the rendered text: keep that many bytes.
 		kept, err := continueFinalMessage(unsafe.String(unsafe.SliceData(rendered), len(rendered)), conv)
@@ -237,6 +247,31 @@ var mediaPartTypes = map[string]bool{
 
 // parseMessage is vLLM's _parse_chat_message_content for text-only content.
 func parseMessage(m *Dict, format string) (*Dict, error) {
+	if messageAsSent(m, format) {
+		return m, nil
+	}
+	return buildMessage(m, format)
+}
+
+// messageAsSent reports whether buildMessage would return a copy of m:
+// {"role": <string other than "developer">, "content": <string>} in that
+// order, for a string-format template. Such a message is passed on as it
+// is (the template cannot change it: the sandbox is immutable).
+func messageAsSent(m *Dict, format string) bool {
+	if format == ContentFormatOpenAI || len(m.keys) != 2 || m.keys[0] != "role" || m.keys[1] != "content" {
+		return false
+	}
+	role, isStr := m.vals[0].(string)
+	if !isStr || role == "developer" {
+		return false
+	}
+	_, isStr = m.vals[1].(string)
+	return isStr
+}
+
+// buildMessage is parseMessage's general case: the message as vLLM's
+// parse_chat_messages rebuilds it.
+func buildMessage(m *Dict, format string) (*Dict, error) {
 	roleV, _ := m.Get("role")
 	role, _ := roleV.(string)
 	content, _ := m.Get("content")
@@ -317,7 +352,7 @@ func parseMessage(m *Dict, format string) (*Dict, error) {
 			return nil, fmt.Errorf("content part must be a string or an object, not %s", typeName(p))
 		}
 	}
-	out := NewDict()
+	out := newSmallDict()
 	out.Set("role", roleV)
 	if openai {
 		out.Set("content", &List{Items: wrapped})

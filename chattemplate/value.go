@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,27 @@ type Value = any
 // List is a Python list: a mutable, ordered sequence shared by reference.
 type List struct {
 	Items []Value
+}
+
+// smallListRoom is how many items newListOf keeps in the list's own
+// allocation.
+const smallListRoom = 4
+
+// listWithRoom is a List and the backing array of its first items.
+type listWithRoom struct {
+	List
+	items [smallListRoom]Value
+}
+
+// newListOf returns a list of a copy of items: one allocation for up to
+// smallListRoom items, two above.
+func newListOf(items []Value) *List {
+	if len(items) > smallListRoom {
+		return &List{Items: slices.Clone(items)}
+	}
+	b := &listWithRoom{}
+	b.Items = b.items[:copy(b.items[:], items):len(items)]
+	return &b.List
 }
 
 // Tuple is a Python tuple (what dict.items() yields and `a, b` builds).
@@ -40,10 +62,36 @@ const smallDict = 12
 func NewDict() *Dict { return &Dict{} }
 
 // newDictCap returns an empty dict with room for n entries, keys and values
-// in one allocation.
+// in one allocation (with the dict itself when n is at most smallDictRoom).
 func newDictCap(n int) *Dict {
+	if n == 0 {
+		return NewDict()
+	}
+	if n <= smallDictRoom {
+		return newSmallDict()
+	}
 	kv := make([]Value, 2*n)
 	return &Dict{keys: kv[:0:n], vals: kv[n : n : 2*n]}
+}
+
+// smallDictRoom is how many entries a dict from newSmallDict holds before
+// its keys and values move to slices of their own.
+const smallDictRoom = 4
+
+// dictWithRoom is a Dict and the backing array of its first entries, so a
+// small dict is one allocation instead of two.
+type dictWithRoom struct {
+	Dict
+	kv [2 * smallDictRoom]Value
+}
+
+// newSmallDict returns an empty dict with room for smallDictRoom entries,
+// in one allocation: for a dict about to be filled (NewDict stays
+// allocation-free until its first Set).
+func newSmallDict() *Dict {
+	b := &dictWithRoom{}
+	b.keys, b.vals = b.kv[:0:smallDictRoom], b.kv[smallDictRoom:smallDictRoom:2*smallDictRoom]
+	return &b.Dict
 }
 
 // Len returns the number of entries.
@@ -242,6 +290,22 @@ type View struct {
 // from inside loops with {% set ns.x = ... %}.
 type Namespace struct {
 	attrs *Dict
+}
+
+// namespaceWithRoom is a Namespace with its attribute dict and that dict's
+// first entries in the same allocation.
+type namespaceWithRoom struct {
+	Namespace
+	attrs dictWithRoom
+}
+
+// newNamespace returns an empty namespace, one allocation.
+func newNamespace() *Namespace {
+	b := &namespaceWithRoom{}
+	d := &b.attrs
+	d.keys, d.vals = d.kv[:0:smallDictRoom], d.kv[smallDictRoom:smallDictRoom:2*smallDictRoom]
+	b.Namespace.attrs = &d.Dict
+	return &b.Namespace
 }
 
 // typeName is Python's type(x).__name__.

@@ -75,12 +75,21 @@ type openAIBody struct {
 	AddSpecialTokens *bool
 }
 
+// requestAndBody is a Request and the raw fields ParseRequest scans it from.
+type requestAndBody struct {
+	Request
+	fields openAIBody
+}
+
 // ParseRequest reads an OpenAI body. path picks chat vs completion; a body
 // with "messages" and no "prompt" is treated as chat whatever the path. A
 // prompt over lim is not decoded: the error wraps errPromptTooLarge or
 // errTooManyMessages and the Request still names the model.
 func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
-	var b openAIBody
+	// The fields the scan's callback fills and the Request, one allocation
+	// (the callback makes whatever it writes escape).
+	rb := &requestAndBody{}
+	b := &rb.fields
 	err := scanObject(body, func(key, value []byte) error {
 		switch string(key) {
 		case "model":
@@ -99,7 +108,8 @@ func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadJSON, jsonErrorWithoutInput(err))
 	}
-	r := &Request{Model: b.Model, Body: body}
+	r := &rb.Request
+	r.Model, r.Body = b.Model, body
 	if b.CacheSalt != nil {
 		r.CacheSalt = *b.CacheSalt
 	}
