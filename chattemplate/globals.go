@@ -89,6 +89,11 @@ func builtinRange(st *state, args []Value, kw *Dict) (Value, error) {
 }
 
 func builtinNamespace(st *state, args []Value, kw *Dict) (Value, error) {
+	if len(args) == 0 && kw != nil {
+		// namespace(a=..., b=...): kw is this call's own (evalArgs builds
+		// one a call) and already holds the attributes in order.
+		return &Namespace{attrs: kw}, nil
+	}
 	ns := newNamespace()
 	for _, a := range args {
 		d, ok := a.(*Dict)

@@ -108,6 +108,28 @@ type jsonDecoder struct {
 	// need unescaping are appended to arena.
 	borrowed bool
 	arena    []byte
+	// dicts: when borrowed, the small objects' dicts are carved from
+	// chunks of a few (every decoded value dies with the request).
+	dicts []dictWithRoom
+}
+
+// maxDictChunk bounds the dicts a borrowed decode allocates at once; the
+// first chunk holds 4, each next one twice the last.
+const maxDictChunk = 32
+
+// newDict returns a dict with room for n entries; in a borrowed decode a
+// small one comes from the decoder's current chunk.
+func (d *jsonDecoder) newDict(n int) *Dict {
+	if !d.borrowed || n > smallDictRoom {
+		return newDictCap(n)
+	}
+	if len(d.dicts) == cap(d.dicts) {
+		d.dicts = make([]dictWithRoom, 0, min(max(2*cap(d.dicts), 4), maxDictChunk))
+	}
+	d.dicts = d.dicts[:len(d.dicts)+1]
+	b := &d.dicts[len(d.dicts)-1]
+	b.keys, b.vals = b.kv[:0:smallDictRoom], b.kv[smallDictRoom:smallDictRoom:2*smallDictRoom]
+	return &b.Dict
 }
 
 // plain returns the string of s[start:end], which needed no unescaping:
@@ -196,7 +218,7 @@ func (d *jsonDecoder) value(depth int) (Value, error) {
 			if d.s[d.i] == '}' {
 				d.i++
 				pairs := d.stack[base:]
-				obj := newDictCap(len(pairs) / 2)
+				obj := d.newDict(len(pairs) / 2)
 				for i := 0; i < len(pairs); i += 2 {
 					obj.Set(pairs[i], pairs[i+1]) // a repeated key keeps its place and takes the last value
 				}

@@ -246,11 +246,11 @@ func sliceValue(obj, start, stop, step Value) (Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		items := make([]Value, sliceLen(a, b, s))
-		for k, i := 0, a; k < len(items); k, i = k+1, i+s {
-			items[k] = x.Items[i]
+		out := newListLen(sliceLen(a, b, s))
+		for k, i := 0, a; k < len(out.Items); k, i = k+1, i+s {
+			out.Items[k] = x.Items[i]
 		}
-		return &List{Items: items}, nil
+		return out, nil
 	case Tuple:
 		a, b, s, err := sliceIndices(start, stop, step, len(x))
 		if err != nil {

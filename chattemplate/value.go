@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,11 +35,19 @@ type listWithRoom struct {
 // newListOf returns a list of a copy of items: one allocation for up to
 // smallListRoom items, two above.
 func newListOf(items []Value) *List {
-	if len(items) > smallListRoom {
-		return &List{Items: slices.Clone(items)}
+	l := newListLen(len(items))
+	copy(l.Items, items)
+	return l
+}
+
+// newListLen returns a list of n nil items for the caller to set: one
+// allocation for up to smallListRoom items, two above.
+func newListLen(n int) *List {
+	if n > smallListRoom {
+		return &List{Items: make([]Value, n)}
 	}
 	b := &listWithRoom{}
-	b.Items = b.items[:copy(b.items[:], items):len(items)]
+	b.Items = b.items[:n:n]
 	return &b.List
 }
 
