@@ -376,3 +376,91 @@ func TestBorrowedDecodeCarvesDictsThatStayApart(t *testing.T) {
 		t.Fatalf("after growing every message:\n%s\n%s", g, w)
 	}
 }
+
+// TestMethodSetsAnswerAsTheMethodTables: an attribute expression keeps
+// which types have a method of its name; that must be what the tables say.
+func TestMethodSetsAnswerAsTheMethodTables(t *testing.T) {
+	names := []string{"", "role", "content", "index", "count", "items", "Items", "get2"}
+	for _, m := range []map[string]bool{strMethods, dictMethods, listMethods} {
+		for n := range m {
+			names = append(names, n)
+		}
+	}
+	objs := []Value{NewDict(), "s", &List{}, Tuple{}, int64(1), 1.5, nil, true, newNamespace(), &Undefined{}}
+	for _, n := range names {
+		for _, obj := range objs {
+			var want bool
+			switch obj.(type) {
+			case *Dict:
+				want = dictMethods[n]
+			case string:
+				want = strMethods[n]
+			case *List:
+				want = listMethods[n]
+			case Tuple:
+				want = n == "index" || n == "count"
+			}
+			if got := methodsNamed(n).of(obj); got != want {
+				t.Errorf("%q on %T: method = %v, want %v", n, obj, got, want)
+			}
+		}
+	}
+	for src, want := range map[string]string{
+		"{{ d.items()|list }}":          "[('get', 1)]",
+		"{{ d['get'] }}":                "1",
+		"{{ (1, 2, 2).count(2) }}":      "2",
+		"{{ 'a-b'.split('-')|length }}": "2",
+		"{{ d.missing is defined }}":    "False",
+	} {
+		if got := render(t, src, map[string]any{"d": map[string]any{"get": 1}}); got != want {
+			t.Errorf("%s = %q, want %q", src, got, want)
+		}
+	}
+	tpl, err := Parse("{% if false %}{{ x|nosuchfilter }}{{ x is nosuchtest }}{% endif %}ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tpl.Render(nil, RenderOptions{}); got != "ok" || err != nil {
+		t.Errorf("unknown filter and test not evaluated: %q, %v", got, err)
+	}
+	for src, msg := range map[string]string{"{{ 1|nosuchfilter }}": "no filter named 'nosuchfilter'", "{{ 1 is nosuchtest }}": "no test named 'nosuchtest'"} {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tpl.Render(nil, RenderOptions{}); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: %v, want %q", src, err, msg)
+		}
+	}
+}
+
+// TestInternTableFindsExactlyTheInternedStrings: each interned string is
+// found and decodes to its boxed copy; anything else, however close, is not.
+func TestInternTableFindsExactlyTheInternedStrings(t *testing.T) {
+	for _, s := range internedStrings {
+		v, ok := interned.lookup([]byte(s))
+		if !ok || v != s {
+			t.Errorf("%q: lookup = %v, %v", s, v, ok)
+		}
+		for _, near := range []string{s[:len(s)-1], s + "s", "x" + s[1:], s[:len(s)-1] + "x", strings.ToUpper(s)} {
+			if slices.Contains(internedStrings, near) {
+				continue
+			}
+			if v, ok := interned.lookup([]byte(near)); ok {
+				t.Errorf("%q found as %q", near, v)
+			}
+		}
+		got, err := DecodeJSON([]byte(`["` + s + `"]`))
+		if err != nil || got.(*List).Items[0] != s {
+			t.Errorf("decoding %q: %v, %v", s, got, err)
+		}
+	}
+	for _, s := range []string{"", "a", "ab", "\x00\x00"} {
+		if _, ok := interned.lookup([]byte(s)); ok {
+			t.Errorf("%q found", s)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = interned.lookup([]byte("assistant")) }); n != 0 {
+		t.Errorf("lookup allocates %v times", n)
+	}
+}

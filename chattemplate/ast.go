@@ -92,8 +92,9 @@ type tupleExpr struct{ items []expr }
 type dictExpr struct{ keys, vals []expr }
 
 type attrExpr struct {
-	obj  expr
-	name string
+	obj     expr
+	name    string
+	methods methodSet // methodsNamed(name)
 }
 
 type itemExpr struct {
@@ -118,6 +119,7 @@ type callExpr struct {
 type filterExpr struct {
 	val     expr // nil inside filter blocks and set blocks
 	name    string
+	fn      filterFunc // filters[name] when parsed, nil for an unknown filter
 	args    []expr
 	kwNames []Value // strings, boxed once here rather than at every call
 	kwVals  []expr
@@ -126,6 +128,7 @@ type filterExpr struct {
 type testExpr struct {
 	val     expr
 	name    string
+	fn      testFunc // tests[name] when parsed, nil for an unknown test
 	args    []expr
 	kwNames []Value // strings, boxed once here rather than at every call
 	kwVals  []expr

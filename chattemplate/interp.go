@@ -653,7 +653,7 @@ func (st *state) eval(e expr, sc *scope) (Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		return getAttr(obj, e.name)
+		return getAttrOf(obj, e.name, e.methods)
 	case *itemExpr:
 		obj, err := st.eval(e.obj, sc)
 		if err != nil {
@@ -902,7 +902,7 @@ func (st *state) evalCall(e *callExpr, sc *scope, caller *Macro) (Value, error) 
 		if err != nil {
 			return nil, err
 		}
-		if hasMethod(obj, a.name) {
+		if a.methods.of(obj) {
 			args, kw, err := st.evalArgs(e.args, e.kwNames, e.kwVals, e.star, e.starKw, sc)
 			if err != nil {
 				return nil, err
@@ -910,7 +910,7 @@ func (st *state) evalCall(e *callExpr, sc *scope, caller *Macro) (Value, error) 
 			m := boundMethod{recv: obj, name: a.name}
 			return st.callMethod(&m, args, kw)
 		}
-		fn, err := getAttr(obj, a.name)
+		fn, err := getAttrOf(obj, a.name, a.methods)
 		if err != nil {
 			return nil, err
 		}

@@ -134,8 +134,8 @@ func (st *state) evalTest(e *testExpr, sc *scope) (Value, error) {
 	if err := st.step(1); err != nil {
 		return nil, err
 	}
-	fn, ok := tests[e.name]
-	if !ok {
+	fn := e.fn
+	if fn == nil {
 		return nil, errorf("TemplateAssertionError", "no test named '%s'", e.name)
 	}
 	if n, isName := e.val.(*nameExpr); isName && (e.name == "defined" || e.name == "undefined") &&

@@ -817,7 +817,7 @@ func (p *parser) parsePostfix(e expr) (expr, error) {
 			t := p.next()
 			switch t.kind {
 			case tName:
-				e = &attrExpr{obj: e, name: t.val}
+				e = &attrExpr{obj: e, name: t.val, methods: methodsNamed(t.val)}
 			case tInt:
 				e = &itemExpr{obj: e, key: &constExpr{v: t.ival}}
 			default:
@@ -1016,7 +1016,7 @@ func (p *parser) parseFilterChain(val expr, inline bool) ([]*filterExpr, error) 
 			}
 			name += "." + t.val
 		}
-		f := &filterExpr{val: val, name: name}
+		f := &filterExpr{val: val, name: name, fn: filters[name]}
 		if p.isOp("(") {
 			a, err := p.parseCallArgs()
 			if err != nil {
@@ -1052,6 +1052,7 @@ func (p *parser) parseTest(val expr) (expr, error) {
 		}
 		t.name += "." + nt.val
 	}
+	t.fn = tests[t.name]
 	cur := p.cur()
 	switch {
 	case cur.kind == tOp && cur.val == "(":

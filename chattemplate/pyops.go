@@ -40,7 +40,13 @@ var listMethods = map[string]bool{
 // getAttr is Jinja2's environment.getattr: the Python attribute first, then
 // the item of that name.
 func getAttr(obj Value, name string) (Value, error) {
-	if hasMethod(obj, name) {
+	return getAttrOf(obj, name, methodsNamed(name))
+}
+
+// getAttrOf is getAttr with the types having a method called name known
+// (methodsNamed(name)).
+func getAttrOf(obj Value, name string, methods methodSet) (Value, error) {
+	if methods.of(obj) {
 		return &boundMethod{recv: obj, name: name}, nil
 	}
 	switch x := obj.(type) {
@@ -74,18 +80,50 @@ func getAttr(obj Value, name string) (Value, error) {
 	return undefinedAttr(obj, name), nil
 }
 
-// hasMethod reports whether obj.name is one of the Python methods the engine
-// implements (getAttr then returns it bound to obj).
-func hasMethod(obj Value, name string) bool {
+// methodSet says which types have a method of a given name: the answer of
+// the method tables for one attribute name, looked up once when an
+// attribute expression is parsed rather than at every evaluation.
+type methodSet uint8
+
+const (
+	dictMethod methodSet = 1 << iota
+	strMethod
+	listMethod
+	tupleMethod
+)
+
+// methodsNamed returns the types that have a method called name.
+func methodsNamed(name string) methodSet {
+	var m methodSet
+	if dictMethods[name] {
+		m |= dictMethod
+	}
+	if strMethods[name] {
+		m |= strMethod
+	}
+	if listMethods[name] {
+		m |= listMethod
+	}
+	if name == "index" || name == "count" {
+		m |= tupleMethod
+	}
+	return m
+}
+
+// of reports whether obj's type is one of m's.
+func (m methodSet) of(obj Value) bool {
+	if m == 0 {
+		return false
+	}
 	switch obj.(type) {
 	case *Dict:
-		return dictMethods[name]
+		return m&dictMethod != 0
 	case string:
-		return strMethods[name]
+		return m&strMethod != 0
 	case *List:
-		return listMethods[name]
+		return m&listMethod != 0
 	case Tuple:
-		return name == "index" || name == "count"
+		return m&tupleMethod != 0
 	}
 	return false
 }

@@ -67,11 +67,17 @@ func SelectTemplate(override string, chatTemplateJSON json.RawMessage, hasTools 
 	return "", errors.New("chat_template: several named templates and no 'default'")
 }
 
+// renderVar is a template variable and its value.
+type renderVar struct {
+	name string
+	v    Value
+}
+
 // Renderer renders chat requests with one model's template exactly as
 // vLLM's OpenAI server does before tokenizing. Safe for concurrent use.
 type Renderer struct {
 	tpl      *Template
-	specials map[string]Value // the set Specials by template variable, boxed once
+	specials []renderVar // the set Specials by template variable, boxed once
 	now      func() time.Time
 	format   string
 }
@@ -86,10 +92,10 @@ func NewRenderer(src string, specials Specials, now func() time.Time) (*Renderer
 	if now == nil {
 		now = time.Now
 	}
-	vars := map[string]Value{}
-	for name, v := range map[string]string{"bos_token": specials.BOS, "eos_token": specials.EOS, "unk_token": specials.Unk, "pad_token": specials.Pad} {
-		if v != "" {
-			vars[name] = v
+	var vars []renderVar
+	for _, sv := range []struct{ name, v string }{{"bos_token", specials.BOS}, {"eos_token", specials.EOS}, {"unk_token", specials.Unk}, {"pad_token", specials.Pad}} {
+		if sv.v != "" {
+			vars = append(vars, renderVar{sv.name, sv.v})
 		}
 	}
 	return &Renderer{tpl: tpl, specials: vars, now: now, format: detectContentFormat(tpl)}, nil
@@ -150,8 +156,8 @@ func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 	// overrides an earlier one of the same name) except apply_chat_template's
 	// own parameters, then the conversation.
 	st := newState(RenderOptions{Now: r.now})
-	for name, v := range r.specials {
-		st.vars.set(name, v)
+	for _, sv := range r.specials {
+		st.vars.set(sv.name, sv.v)
 	}
 	st.vars.set("add_generation_prompt", req.AddGenerationPrompt)
 	var cfm Value = req.ContinueFinalMessage // continue_final_message is a parameter, not a variable
