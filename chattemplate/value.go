@@ -477,8 +477,18 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 		b.WriteString("<Namespace ")
 		writeRepr(b, x.attrs, depth+1)
 		b.WriteString(">")
-	default:
+	case nil, bool, int64, float64, *Macro:
 		b.WriteString(strValue(v))
+	case *boundMethod:
+		// CPython: <built-in method get of dict object at 0x7f...>; the
+		// address is arbitrary, its length is kept.
+		fmt.Fprintf(b, "<built-in method %s of %s object at 0x7f%010x>", x.name, typeName(x.recv), uintptr(unsafe.Pointer(x))&0xffffffffff)
+	case *builtinFunc:
+		fmt.Fprintf(b, "<function %s at 0x7f%010x>", x.name, uintptr(unsafe.Pointer(x))&0xffffffffff)
+	default:
+		// Any other engine value (a loop, a joiner): printed as an object,
+		// never through strValue, whose fallback is this function.
+		fmt.Fprintf(b, "<%s object>", typeName(v))
 	}
 }
 
