@@ -71,7 +71,7 @@ type openAIBody struct {
 	Model            string
 	Prompt           json.RawMessage
 	Messages         json.RawMessage
-	CacheSalt        *string
+	CacheSalt        string // null is "", as absent
 	AddSpecialTokens *bool
 }
 
@@ -99,7 +99,11 @@ func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 		case "messages":
 			b.Messages = value
 		case "cache_salt":
-			return json.Unmarshal(value, &b.CacheSalt)
+			if string(value) == "null" {
+				b.CacheSalt = "" // a later null clears an earlier salt, as json.loads keeps the last
+				return nil
+			}
+			return decodeString(value, &b.CacheSalt)
 		case "add_special_tokens":
 			return json.Unmarshal(value, &b.AddSpecialTokens)
 		}
@@ -109,10 +113,7 @@ func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 		return nil, fmt.Errorf("%w: %v", errBadJSON, jsonErrorWithoutInput(err))
 	}
 	r := &rb.Request
-	r.Model, r.Body = b.Model, body
-	if b.CacheSalt != nil {
-		r.CacheSalt = *b.CacheSalt
-	}
+	r.Model, r.Body, r.CacheSalt = b.Model, body, b.CacheSalt
 	isChat := strings.HasSuffix(pathOnly(path), "/chat/completions") || (len(b.Messages) > 0 && len(b.Prompt) == 0)
 	switch {
 	case isChat:
