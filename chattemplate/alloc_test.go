@@ -464,3 +464,25 @@ func TestInternTableFindsExactlyTheInternedStrings(t *testing.T) {
 		t.Errorf("lookup allocates %v times", n)
 	}
 }
+
+// TestAppendRequestConvertsPlainGoValues: AppendRequest fills the render's
+// variables directly (no context map for AppendRender to convert); values a
+// caller's Request holds as plain Go data are still converted.
+func TestAppendRequestConvertsPlainGoValues(t *testing.T) {
+	r, err := NewRenderer("{{ documents[0].title }}|{{ documents|length }}|{{ n + 1 }}|{{ messages[0].content }}", Specials{}, frozenNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kw := NewDict()
+	kw.Set("n", 41)
+	req := &Request{
+		Messages:            &List{Items: []Value{FromGo(map[string]any{"role": "user", "content": "hi"})}},
+		Documents:           []any{map[string]any{"title": "t"}, "x"},
+		ChatTemplateKwargs:  kw,
+		AddGenerationPrompt: true,
+	}
+	got, err := r.RenderRequest(req)
+	if err != nil || got != "t|2|42|hi" {
+		t.Errorf("got %q, %v; want %q", got, err, "t|2|42|hi")
+	}
+}

@@ -154,7 +154,9 @@ func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 	// The template's variables, as apply_chat_template passes them: the
 	// specials, then the keyword arguments (a chat_template_kwargs entry
 	// overrides an earlier one of the same name) except apply_chat_template's
-	// own parameters, then the conversation.
+	// own parameters, then the conversation; converted by FromGo, as
+	// AppendRender converts its context (a caller's Request may hold plain
+	// Go values).
 	st := newState(RenderOptions{Now: r.now})
 	for _, sv := range r.specials {
 		st.vars.set(sv.name, sv.v)
@@ -165,8 +167,8 @@ func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 	if req.Tools != nil {
 		tools = toolDicts(req.Tools)
 	}
-	st.vars.set("tools", tools)
-	st.vars.set("documents", req.Documents)
+	st.vars.set("tools", FromGo(tools))
+	st.vars.set("documents", FromGo(req.Documents))
 	if req.ChatTemplateKwargs != nil {
 		for i, k := range req.ChatTemplateKwargs.keys {
 			ks, isStr := k.(string)
@@ -180,7 +182,7 @@ func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 			if !isStr || applyChatTemplateParams[ks] {
 				continue
 			}
-			st.vars.set(ks, v)
+			st.vars.set(ks, FromGo(v))
 		}
 	}
 	st.vars.set("messages", conv)
