@@ -321,7 +321,7 @@ func sliceValue(obj, start, stop, step Value) (Value, error) {
 			return string(rs[a:b]), nil
 		}
 		var sb strings.Builder
-		for k, i := 0, a; k < sliceLen(a, b, s); k, i = k+1, i+s {
+		for k, i, m := 0, a, sliceLen(a, b, s); k < m; k, i = k+1, i+s {
 			if ascii {
 				sb.WriteByte(x[i])
 			} else {
