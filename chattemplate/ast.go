@@ -69,10 +69,12 @@ type continueNode struct{}
 
 // assignTarget is a name, a tuple of targets, or ns.attr.
 type assignTarget struct {
-	name  string
-	attr  string // with name: namespace attribute assignment
-	tuple []assignTarget
-	isTup bool
+	name string
+	attr string // with name: namespace attribute assignment
+	// attrKey is attr boxed once, the key ns.attrs.Set takes.
+	attrKey Value
+	tuple   []assignTarget
+	isTup   bool
 }
 
 // Expression nodes.
@@ -90,8 +92,9 @@ type tupleExpr struct{ items []expr }
 type dictExpr struct{ keys, vals []expr }
 
 type attrExpr struct {
-	obj  expr
-	name string
+	obj     expr
+	name    string
+	methods methodSet // methodsNamed(name)
 }
 
 type itemExpr struct {
@@ -107,7 +110,7 @@ type sliceExpr struct {
 type callExpr struct {
 	fn      expr
 	args    []expr
-	kwNames []string
+	kwNames []Value // strings, boxed once here rather than at every call
 	kwVals  []expr
 	star    expr
 	starKw  expr
@@ -116,16 +119,18 @@ type callExpr struct {
 type filterExpr struct {
 	val     expr // nil inside filter blocks and set blocks
 	name    string
+	fn      filterFunc // filters[name] when parsed, nil for an unknown filter
 	args    []expr
-	kwNames []string
+	kwNames []Value // strings, boxed once here rather than at every call
 	kwVals  []expr
 }
 
 type testExpr struct {
 	val     expr
 	name    string
+	fn      testFunc // tests[name] when parsed, nil for an unknown test
 	args    []expr
-	kwNames []string
+	kwNames []Value // strings, boxed once here rather than at every call
 	kwVals  []expr
 	negate  bool
 }

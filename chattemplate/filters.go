@@ -109,8 +109,8 @@ func (st *state) applyFilter(f *filterExpr, v Value, sc *scope) (Value, error) {
 	if err := st.step(1); err != nil {
 		return nil, err
 	}
-	fn, ok := filters[f.name]
-	if !ok {
+	fn := f.fn
+	if fn == nil {
 		return nil, errorf("TemplateAssertionError", "no filter named '%s'", f.name)
 	}
 	args, kw, err := st.evalArgs(f.args, f.kwNames, f.kwVals, nil, nil, sc)

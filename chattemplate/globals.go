@@ -89,7 +89,12 @@ func builtinRange(st *state, args []Value, kw *Dict) (Value, error) {
 }
 
 func builtinNamespace(st *state, args []Value, kw *Dict) (Value, error) {
-	ns := &Namespace{attrs: NewDict()}
+	if len(args) == 0 && kw != nil {
+		// namespace(a=..., b=...): kw is this call's own (evalArgs builds
+		// one a call) and already holds the attributes in order.
+		return &Namespace{attrs: kw}, nil
+	}
+	ns := newNamespace()
 	for _, a := range args {
 		d, ok := a.(*Dict)
 		if !ok {

@@ -69,12 +69,28 @@ func (t *Template) Render(ctx map[string]any, opts RenderOptions) (out string, e
 // render into one reused buffer. On error the returned slice is dst with
 // whatever was rendered before the error appended.
 func (t *Template) AppendRender(dst []byte, ctx map[string]any, opts RenderOptions) ([]byte, error) {
-	st := &state{
-		maxSteps: opts.MaxSteps,
-		maxBytes: opts.MaxOutputSize,
-		now:      opts.Now,
-		ctx:      make(map[string]Value, len(ctx)),
+	st := newState(opts)
+	for k, v := range ctx {
+		st.vars.set(k, FromGo(v))
 	}
+	return st.render(t, dst, opts.SizeHint)
+}
+
+// stateWithRoom is a render's state with its output buffer, its root
+// frame and room for its first global variables: one allocation a render.
+type stateWithRoom struct {
+	state
+	out   outBuf
+	root  loopFrame
+	names [maxListedVars]string
+	vals  [maxListedVars]Value
+}
+
+// newState returns a render's state for opts, with no variables yet.
+func newState(opts RenderOptions) *state {
+	b := &stateWithRoom{}
+	st := &b.state
+	st.maxSteps, st.maxBytes, st.now = opts.MaxSteps, opts.MaxOutputSize, opts.Now
 	if st.maxSteps <= 0 {
 		st.maxSteps = DefaultMaxSteps
 	}
@@ -84,17 +100,74 @@ func (t *Template) AppendRender(dst []byte, ctx map[string]any, opts RenderOptio
 	if st.now == nil {
 		st.now = time.Now
 	}
-	for k, v := range ctx {
-		st.ctx[k] = FromGo(v)
+	st.vars.names, st.vars.vals = b.names[:0], b.vals[:0]
+	st.out = &b.out
+	b.root.scope = scope{names: b.root.names[:0], vals: b.root.vals[:0]}
+	st.root = &b.root.scope
+	return st
+}
+
+// render runs t with st's variables, appending to dst.
+func (st *state) render(t *Template, dst []byte, sizeHint int) ([]byte, error) {
+	out := st.out
+	*out = outBuf{b: dst, base: len(dst)}
+	if sizeHint > 0 {
+		out.b = slices.Grow(out.b, min(sizeHint, st.maxBytes))
 	}
-	out := outBuf{b: dst, base: len(dst)}
-	if opts.SizeHint > 0 {
-		out.b = slices.Grow(out.b, min(opts.SizeHint, st.maxBytes))
-	}
-	st.out = &out
-	root := &scope{}
-	_, err := st.execBody(t.body, root)
+	_, err := st.execBody(t.body, st.root)
 	return out.b, err
+}
+
+// maxListedVars bounds the global variables a render searches linearly;
+// past it they move to a map (a request's chat_template_kwargs may hold
+// any number).
+const maxListedVars = 8
+
+// renderVars are a render's global variables (the context): a short list
+// searched linearly, or a map once there are more than maxListedVars.
+type renderVars struct {
+	names []string
+	vals  []Value
+	m     map[string]Value
+}
+
+// set stores v under name, replacing an earlier value.
+func (rv *renderVars) set(name string, v Value) {
+	if rv.m != nil {
+		rv.m[name] = v
+		return
+	}
+	for i, n := range rv.names {
+		if n == name {
+			rv.vals[i] = v
+			return
+		}
+	}
+	if len(rv.names) == maxListedVars {
+		rv.m = make(map[string]Value, 2*maxListedVars)
+		for i, n := range rv.names {
+			rv.m[n] = rv.vals[i]
+		}
+		rv.m[name] = v
+		clear(rv.vals)
+		rv.names, rv.vals = rv.names[:0], rv.vals[:0]
+		return
+	}
+	rv.names = append(rv.names, name)
+	rv.vals = append(rv.vals, v)
+}
+
+func (rv *renderVars) get(name string) (Value, bool) {
+	if rv.m != nil {
+		v, ok := rv.m[name]
+		return v, ok
+	}
+	for i, n := range rv.names {
+		if n == name {
+			return rv.vals[i], true
+		}
+	}
+	return nil, false
 }
 
 // outBuf is a render's output (or a captured block's): the bytes after
@@ -167,8 +240,9 @@ type state struct {
 	maxBytes  int
 	callDepth int
 	now       func() time.Time
-	ctx       map[string]Value
+	vars      renderVars // the context: the template's global variables
 	out       *outBuf
+	root      *scope // the template's top-level frame
 }
 
 func (st *state) step(n int) error {
@@ -276,16 +350,23 @@ func (st *state) capture(body []node, sc *scope) (string, error) {
 }
 
 func (st *state) lookup(name string, sc *scope) Value {
-	if v, ok := sc.lookup(name); ok {
-		return v
-	}
-	if v, ok := st.ctx[name]; ok {
-		return v
-	}
-	if v, ok := globals[name]; ok {
+	if v, ok := st.find(name, sc); ok {
 		return v
 	}
 	return undefinedName(name)
+}
+
+// find looks name up in the frames, the context and the globals, in that
+// order.
+func (st *state) find(name string, sc *scope) (Value, bool) {
+	if v, ok := sc.lookup(name); ok {
+		return v, true
+	}
+	if v, ok := st.vars.get(name); ok {
+		return v, true
+	}
+	v, ok := globals[name]
+	return v, ok
 }
 
 func (st *state) execBody(body []node, sc *scope) (ctl, error) {
@@ -418,7 +499,7 @@ func (st *state) assign(t assignTarget, v Value, sc *scope) error {
 		if !ok {
 			return errorf("TemplateRuntimeError", "cannot assign attribute on non-namespace object")
 		}
-		ns.attrs.Set(t.attr, v)
+		ns.attrs.Set(t.attrKey, v)
 		return nil
 	default:
 		sc.set(t.name, v)
@@ -435,6 +516,12 @@ type loopObj struct {
 	seen   bool
 	node   *forNode // set for recursive loops: loop(x) renders node over x
 	sc     *scope
+}
+
+// loopWithFrame is a loop's object and its frame, allocated together.
+type loopWithFrame struct {
+	loopObj
+	frame loopFrame
 }
 
 func (st *state) execFor(n *forNode, sc *scope) error {
@@ -480,7 +567,9 @@ func (st *state) runLoop(n *forNode, sc *scope, iv Value, depth int) error {
 		}
 		return nil
 	}
-	lo := &loopObj{items: items, depth: depth}
+	// The loop object and the frame in one allocation.
+	lw := &loopWithFrame{loopObj: loopObj{items: items, depth: depth}}
+	lo := &lw.loopObj
 	if n.recursive {
 		lo.node, lo.sc = n, sc
 	}
@@ -489,7 +578,7 @@ func (st *state) runLoop(n *forNode, sc *scope, iv Value, depth int) error {
 	// visit_For): the else block then runs even though the loop ran.
 	runElse := true
 	// One frame reused by every iteration: each starts empty, as in Jinja2.
-	lf := &loopFrame{}
+	lf := &lw.frame
 	lf.scope = scope{parent: sc, names: lf.names[:0], vals: lf.vals[:0]}
 	f := &lf.scope
 	for i, it := range items {
@@ -564,7 +653,7 @@ func (st *state) eval(e expr, sc *scope) (Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		return getAttr(obj, e.name)
+		return getAttrOf(obj, e.name, e.methods)
 	case *itemExpr:
 		obj, err := st.eval(e.obj, sc)
 		if err != nil {
@@ -645,7 +734,7 @@ func (st *state) eval(e expr, sc *scope) (Value, error) {
 		}
 		return t, nil
 	case *dictExpr:
-		d := NewDict()
+		d := newDictCap(len(e.keys))
 		for i, ke := range e.keys {
 			k, err := st.eval(ke, sc)
 			if err != nil {
@@ -749,7 +838,7 @@ func (st *state) evalSlice(e *sliceExpr, sc *scope) (Value, error) {
 }
 
 // evalArgs evaluates call arguments, expanding *args and **kwargs.
-func (st *state) evalArgs(args []expr, kwNames []string, kwVals []expr, star, starKw expr, sc *scope) ([]Value, *Dict, error) {
+func (st *state) evalArgs(args []expr, kwNames []Value, kwVals []expr, star, starKw expr, sc *scope) ([]Value, *Dict, error) {
 	pos := make([]Value, 0, len(args))
 	for _, a := range args {
 		v, err := st.eval(a, sc)
@@ -770,7 +859,9 @@ func (st *state) evalArgs(args []expr, kwNames []string, kwVals []expr, star, st
 		pos = append(pos, items...)
 	}
 	var kw *Dict
-	if len(kwNames) > 0 || starKw != nil {
+	if len(kwNames) > 0 {
+		kw = newDictCap(len(kwNames))
+	} else if starKw != nil {
 		kw = NewDict()
 	}
 	for i, n := range kwNames {
@@ -811,7 +902,7 @@ func (st *state) evalCall(e *callExpr, sc *scope, caller *Macro) (Value, error) 
 		if err != nil {
 			return nil, err
 		}
-		if hasMethod(obj, a.name) {
+		if a.methods.of(obj) {
 			args, kw, err := st.evalArgs(e.args, e.kwNames, e.kwVals, e.star, e.starKw, sc)
 			if err != nil {
 				return nil, err
@@ -819,7 +910,7 @@ func (st *state) evalCall(e *callExpr, sc *scope, caller *Macro) (Value, error) 
 			m := boundMethod{recv: obj, name: a.name}
 			return st.callMethod(&m, args, kw)
 		}
-		fn, err := getAttr(obj, a.name)
+		fn, err := getAttrOf(obj, a.name, a.methods)
 		if err != nil {
 			return nil, err
 		}

@@ -134,9 +134,19 @@ func (st *state) evalTest(e *testExpr, sc *scope) (Value, error) {
 	if err := st.step(1); err != nil {
 		return nil, err
 	}
-	fn, ok := tests[e.name]
-	if !ok {
+	fn := e.fn
+	if fn == nil {
 		return nil, errorf("TemplateAssertionError", "no test named '%s'", e.name)
+	}
+	if n, isName := e.val.(*nameExpr); isName && (e.name == "defined" || e.name == "undefined") &&
+		len(e.args) == 0 && len(e.kwNames) == 0 {
+		// `name is defined`: answered without building the Undefined that
+		// evaluating a missing name makes. A name bound to an undefined
+		// value is not defined either, as when evaluated.
+		v, found := st.find(n.name, sc)
+		_, isU := v.(*Undefined)
+		defined := found && !isU
+		return defined == (e.name == "defined") != e.negate, nil
 	}
 	v, err := st.eval(e.val, sc)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,6 +108,28 @@ type jsonDecoder struct {
 	// need unescaping are appended to arena.
 	borrowed bool
 	arena    []byte
+	// dicts: when borrowed, the small objects' dicts are carved from
+	// chunks of a few (every decoded value dies with the request).
+	dicts []dictWithRoom
+}
+
+// maxDictChunk bounds the dicts a borrowed decode allocates at once; the
+// first chunk holds 4, each next one twice the last.
+const maxDictChunk = 32
+
+// newDict returns a dict with room for n entries; in a borrowed decode a
+// small one comes from the decoder's current chunk.
+func (d *jsonDecoder) newDict(n int) *Dict {
+	if !d.borrowed || n > smallDictRoom {
+		return newDictCap(n)
+	}
+	if len(d.dicts) == cap(d.dicts) {
+		d.dicts = make([]dictWithRoom, 0, min(max(2*cap(d.dicts), 4), maxDictChunk))
+	}
+	d.dicts = d.dicts[:len(d.dicts)+1]
+	b := &d.dicts[len(d.dicts)-1]
+	b.keys, b.vals = b.kv[:0:smallDictRoom], b.kv[smallDictRoom:smallDictRoom:2*smallDictRoom]
+	return &b.Dict
 }
 
 // plain returns the string of s[start:end], which needed no unescaping:
@@ -197,7 +218,7 @@ func (d *jsonDecoder) value(depth int) (Value, error) {
 			if d.s[d.i] == '}' {
 				d.i++
 				pairs := d.stack[base:]
-				obj := newDictCap(len(pairs) / 2)
+				obj := d.newDict(len(pairs) / 2)
 				for i := 0; i < len(pairs); i += 2 {
 					obj.Set(pairs[i], pairs[i+1]) // a repeated key keeps its place and takes the last value
 				}
@@ -233,7 +254,7 @@ func (d *jsonDecoder) value(depth int) (Value, error) {
 			if d.s[d.i] == ']' {
 				d.i++
 				items := d.stack[base:]
-				l := &List{Items: slices.Clone(items)}
+				l := newListOf(items)
 				clear(items)
 				d.stack = d.stack[:base]
 				return l, nil
@@ -352,26 +373,75 @@ func plainWord(x uint64) bool {
 
 // internedStrings are the keys and values every chat body repeats, boxed
 // once: a plain string equal to one decodes to it without allocating.
-// maxInternedBytes is the length of the longest.
-var internedStrings, maxInternedBytes = func() (map[string]Value, int) {
-	m, longest := map[string]Value{}, 0
-	for _, s := range []string{
-		"model", "messages", "role", "content", "name", "type", "text", "tools", "tool_calls",
-		"tool_call_id", "function", "arguments", "id", "description", "parameters", "properties",
-		"required", "stream", "temperature", "max_tokens", "max_completion_tokens", "top_p",
-		"system", "user", "assistant", "tool", "developer", "object", "string", "array",
-	} {
-		m[s], longest = s, max(longest, len(s))
+var internedStrings = []string{
+	"model", "messages", "role", "content", "name", "type", "text", "tools", "tool_calls",
+	"tool_call_id", "function", "arguments", "id", "description", "parameters", "properties",
+	"required", "stream", "temperature", "max_tokens", "max_completion_tokens", "top_p",
+	"system", "user", "assistant", "tool", "developer", "object", "string", "array",
+}
+
+// interned finds internedStrings by a slot computed from a string's length
+// and three of its bytes, with a multiplier chosen when the table is built
+// so that no two of them share a slot; the full compare makes a hit exact.
+// (A map lookup hashed every short string of a body: 5 % of a chat render.)
+var interned, maxInternedBytes = newInternTable(internedStrings)
+
+type internTable struct {
+	mul   uint32
+	slots [internSlots]struct {
+		s string
+		v Value
 	}
-	return m, longest
-}()
+}
+
+const internSlots = 128 // a power of two, about four times the strings
+
+func newInternTable(strs []string) (*internTable, int) {
+	longest := 0
+	for _, s := range strs {
+		longest = max(longest, len(s))
+	}
+	for mul := uint32(0x9E3779B1); ; mul += 2 {
+		t := &internTable{mul: mul}
+		ok := true
+		for _, s := range strs {
+			e := &t.slots[t.slot(s)]
+			if e.s != "" {
+				ok = false
+				break
+			}
+			e.s, e.v = s, s
+		}
+		if ok {
+			return t, longest
+		}
+	}
+}
+
+// slot picks s's slot; s has at least two bytes.
+func (t *internTable) slot(s string) uint32 {
+	x := uint32(len(s))<<24 | uint32(s[0])<<16 | uint32(s[1])<<8 | uint32(s[len(s)-1])
+	return x * t.mul >> 25 // the top 7 bits: internSlots = 128
+}
+
+// lookup returns the boxed interned string equal to b.
+func (t *internTable) lookup(b []byte) (Value, bool) {
+	if len(b) < 2 {
+		return nil, false
+	}
+	e := &t.slots[t.slot(unsafe.String(&b[0], len(b)))]
+	if e.s != string(b) {
+		return nil, false
+	}
+	return e.v, true
+}
 
 // strValue is str boxed as a Value, interned when it is one of
 // internedStrings.
 func (d *jsonDecoder) strValue() (Value, error) {
 	for j := d.i + 1; j < len(d.s) && j <= d.i+1+maxInternedBytes; j++ {
 		if d.s[j] == '"' {
-			if v, ok := internedStrings[string(d.s[d.i+1:j])]; ok {
+			if v, ok := interned.lookup(d.s[d.i+1 : j]); ok {
 				d.i = j + 1
 				return v, nil
 			}

@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 
@@ -118,12 +119,14 @@ func optInt(args []Value, i int, def int64) (int64, error) {
 }
 
 // prefixes accepts a str or a tuple of str, as startswith does.
-func prefixes(v Value, method string) ([]string, error) {
+// They are appended to dst (a caller's small array keeps the common single
+// prefix off the heap).
+func prefixes(dst []string, v Value, method string) ([]string, error) {
 	switch x := v.(type) {
 	case string:
-		return []string{x}, nil
+		return append(dst, x), nil
 	case Tuple:
-		out := make([]string, 0, len(x))
+		out := slices.Grow(dst, len(x))
 		for _, it := range x {
 			s, ok := it.(string)
 			if !ok {
@@ -208,7 +211,8 @@ func (st *state) strMethod(s, name string, args []Value, kw *Dict) (Value, error
 		if len(args) == 0 {
 			return nil, typeErrorf("%s() takes at least 1 argument (0 given)", name)
 		}
-		ps, err := prefixes(args[0], name)
+		var one [1]string
+		ps, err := prefixes(one[:0], args[0], name)
 		if err != nil {
 			return nil, err
 		}

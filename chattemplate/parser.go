@@ -446,7 +446,7 @@ func (p *parser) parseAssignTarget(endNames []string, withNamespace bool) (assig
 			if err != nil {
 				return assignTarget{}, err
 			}
-			return assignTarget{name: t.val, attr: a.val}, nil
+			return assignTarget{name: t.val, attr: a.val, attrKey: a.val}, nil
 		}
 		return assignTarget{name: t.val}, nil
 	}
@@ -691,6 +691,14 @@ func (p *parser) parseUnary(withFilter bool) (expr, error) {
 			return nil, err
 		}
 		e = &unaryExpr{op: "-", e: inner}
+		if c, ok := inner.(*constExpr); ok {
+			// A negative literal (messages[::-1], loop.index0 - 1 is not one):
+			// fold it now, so each evaluation does not box the number
+			// again. negate is pure; an error is left for run time.
+			if v, err := negate(c.v); err == nil {
+				e = &constExpr{v: v}
+			}
+		}
 	case p.isOp("+"):
 		p.next()
 		inner, err := p.parseUnary(false)
@@ -809,7 +817,7 @@ func (p *parser) parsePostfix(e expr) (expr, error) {
 			t := p.next()
 			switch t.kind {
 			case tName:
-				e = &attrExpr{obj: e, name: t.val}
+				e = &attrExpr{obj: e, name: t.val, methods: methodsNamed(t.val)}
 			case tInt:
 				e = &itemExpr{obj: e, key: &constExpr{v: t.ival}}
 			default:
@@ -890,7 +898,7 @@ func (p *parser) parseSubscribed(obj expr) (expr, error) {
 
 type callArgs struct {
 	args    []expr
-	kwNames []string
+	kwNames []Value
 	kwVals  []expr
 	star    expr
 	starKw  expr
@@ -1008,7 +1016,7 @@ func (p *parser) parseFilterChain(val expr, inline bool) ([]*filterExpr, error) 
 			}
 			name += "." + t.val
 		}
-		f := &filterExpr{val: val, name: name}
+		f := &filterExpr{val: val, name: name, fn: filters[name]}
 		if p.isOp("(") {
 			a, err := p.parseCallArgs()
 			if err != nil {
@@ -1044,6 +1052,7 @@ func (p *parser) parseTest(val expr) (expr, error) {
 		}
 		t.name += "." + nt.val
 	}
+	t.fn = tests[t.name]
 	cur := p.cur()
 	switch {
 	case cur.kind == tOp && cur.val == "(":

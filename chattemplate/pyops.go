@@ -40,7 +40,13 @@ var listMethods = map[string]bool{
 // getAttr is Jinja2's environment.getattr: the Python attribute first, then
 // the item of that name.
 func getAttr(obj Value, name string) (Value, error) {
-	if hasMethod(obj, name) {
+	return getAttrOf(obj, name, methodsNamed(name))
+}
+
+// getAttrOf is getAttr with the types having a method called name known
+// (methodsNamed(name)).
+func getAttrOf(obj Value, name string, methods methodSet) (Value, error) {
+	if methods.of(obj) {
 		return &boundMethod{recv: obj, name: name}, nil
 	}
 	switch x := obj.(type) {
@@ -74,18 +80,50 @@ func getAttr(obj Value, name string) (Value, error) {
 	return undefinedAttr(obj, name), nil
 }
 
-// hasMethod reports whether obj.name is one of the Python methods the engine
-// implements (getAttr then returns it bound to obj).
-func hasMethod(obj Value, name string) bool {
+// methodSet says which types have a method of a given name: the answer of
+// the method tables for one attribute name, looked up once when an
+// attribute expression is parsed rather than at every evaluation.
+type methodSet uint8
+
+const (
+	dictMethod methodSet = 1 << iota
+	strMethod
+	listMethod
+	tupleMethod
+)
+
+// methodsNamed returns the types that have a method called name.
+func methodsNamed(name string) methodSet {
+	var m methodSet
+	if dictMethods[name] {
+		m |= dictMethod
+	}
+	if strMethods[name] {
+		m |= strMethod
+	}
+	if listMethods[name] {
+		m |= listMethod
+	}
+	if name == "index" || name == "count" {
+		m |= tupleMethod
+	}
+	return m
+}
+
+// of reports whether obj's type is one of m's.
+func (m methodSet) of(obj Value) bool {
+	if m == 0 {
+		return false
+	}
 	switch obj.(type) {
 	case *Dict:
-		return dictMethods[name]
+		return m&dictMethod != 0
 	case string:
-		return strMethods[name]
+		return m&strMethod != 0
 	case *List:
-		return listMethods[name]
+		return m&listMethod != 0
 	case Tuple:
-		return name == "index" || name == "count"
+		return m&tupleMethod != 0
 	}
 	return false
 }
@@ -221,18 +259,20 @@ func sliceIndices(start, stop, step Value, n int) (int, int, int, error) {
 	return a, b, st, nil
 }
 
-func sliceRange(a, b, step int) []int {
-	var out []int
+// sliceLen is how many indices a, a+step, a+2*step, ... lie before b
+// (past it, for a negative step): the length of Python's x[a:b:step] once
+// sliceIndices has resolved a and b.
+func sliceLen(a, b, step int) int {
 	if step > 0 {
-		for i := a; i < b; i += step {
-			out = append(out, i)
+		if b <= a {
+			return 0
 		}
-	} else {
-		for i := a; i > b; i += step {
-			out = append(out, i)
-		}
+		return (b - a + step - 1) / step
 	}
-	return out
+	if a <= b {
+		return 0
+	}
+	return (a - b - step - 1) / -step
 }
 
 func sliceValue(obj, start, stop, step Value) (Value, error) {
@@ -244,9 +284,9 @@ func sliceValue(obj, start, stop, step Value) (Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := &List{}
-		for _, i := range sliceRange(a, b, s) {
-			out.Items = append(out.Items, x.Items[i])
+		out := newListLen(sliceLen(a, b, s))
+		for k, i := 0, a; k < len(out.Items); k, i = k+1, i+s {
+			out.Items[k] = x.Items[i]
 		}
 		return out, nil
 	case Tuple:
@@ -254,9 +294,9 @@ func sliceValue(obj, start, stop, step Value) (Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := Tuple{}
-		for _, i := range sliceRange(a, b, s) {
-			out = append(out, x[i])
+		out := make(Tuple, sliceLen(a, b, s))
+		for k, i := 0, a; k < len(out); k, i = k+1, i+s {
+			out[k] = x[i]
 		}
 		return out, nil
 	case string:
@@ -281,7 +321,7 @@ func sliceValue(obj, start, stop, step Value) (Value, error) {
 			return string(rs[a:b]), nil
 		}
 		var sb strings.Builder
-		for _, i := range sliceRange(a, b, s) {
+		for k, i, m := 0, a, sliceLen(a, b, s); k < m; k, i = k+1, i+s {
 			if ascii {
 				sb.WriteByte(x[i])
 			} else {

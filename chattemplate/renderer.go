@@ -67,11 +67,17 @@ func SelectTemplate(override string, chatTemplateJSON json.RawMessage, hasTools 
 	return "", errors.New("chat_template: several named templates and no 'default'")
 }
 
+// renderVar is a template variable and its value.
+type renderVar struct {
+	name string
+	v    Value
+}
+
 // Renderer renders chat requests with one model's template exactly as
 // vLLM's OpenAI server does before tokenizing. Safe for concurrent use.
 type Renderer struct {
 	tpl      *Template
-	specials map[string]Value // the set Specials by template variable, boxed once
+	specials []renderVar // the set Specials by template variable, boxed once
 	now      func() time.Time
 	format   string
 }
@@ -86,10 +92,10 @@ func NewRenderer(src string, specials Specials, now func() time.Time) (*Renderer
 	if now == nil {
 		now = time.Now
 	}
-	vars := map[string]Value{}
-	for name, v := range map[string]string{"bos_token": specials.BOS, "eos_token": specials.EOS, "unk_token": specials.Unk, "pad_token": specials.Pad} {
-		if v != "" {
-			vars[name] = v
+	var vars []renderVar
+	for _, sv := range []struct{ name, v string }{{"bos_token", specials.BOS}, {"eos_token", specials.EOS}, {"unk_token", specials.Unk}, {"pad_token", specials.Pad}} {
+		if sv.v != "" {
+			vars = append(vars, renderVar{sv.name, sv.v})
 		}
 	}
 	return &Renderer{tpl: tpl, specials: vars, now: now, format: detectContentFormat(tpl)}, nil
@@ -123,7 +129,9 @@ func (r *Renderer) RenderRequest(req *Request) (string, error) {
 // can render every request into one reused buffer. On error the returned
 // slice's contents after len(dst) are unspecified.
 func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
-	conv := &List{Items: make([]Value, 0, len(req.Messages.Items))}
+	// The conversation is the request's own list while every message is
+	// passed on as sent (messageAsSent); a new list from the first that is not.
+	conv := req.Messages
 	for i, m := range req.Messages.Items {
 		md, ok := m.(*Dict)
 		if !ok {
@@ -133,47 +141,57 @@ func (r *Renderer) AppendRequest(dst []byte, req *Request) ([]byte, error) {
 		if err != nil {
 			return dst, fmt.Errorf("messages[%d]: %w", i, err)
 		}
-		conv.Items = append(conv.Items, pm)
+		if conv == req.Messages && pm != md {
+			conv = &List{Items: make([]Value, i, len(req.Messages.Items))}
+			copy(conv.Items, req.Messages.Items[:i])
+		}
+		if conv != req.Messages {
+			conv.Items = append(conv.Items, pm)
+		}
 	}
 	postprocessToolCalls(conv)
 
-	kwargs := NewDict()
-	kwargs.Set("add_generation_prompt", req.AddGenerationPrompt)
-	kwargs.Set("continue_final_message", req.ContinueFinalMessage)
+	// The template's variables, as apply_chat_template passes them: the
+	// specials, then the keyword arguments (a chat_template_kwargs entry
+	// overrides an earlier one of the same name) except apply_chat_template's
+	// own parameters, then the conversation; converted by FromGo, as
+	// AppendRender converts its context (a caller's Request may hold plain
+	// Go values).
+	st := newState(RenderOptions{Now: r.now})
+	for _, sv := range r.specials {
+		st.vars.set(sv.name, sv.v)
+	}
+	st.vars.set("add_generation_prompt", req.AddGenerationPrompt)
+	var cfm Value = req.ContinueFinalMessage // continue_final_message is a parameter, not a variable
 	var tools Value
 	if req.Tools != nil {
 		tools = toolDicts(req.Tools)
 	}
-	kwargs.Set("tools", tools)
-	kwargs.Set("documents", req.Documents)
+	st.vars.set("tools", FromGo(tools))
+	st.vars.set("documents", FromGo(req.Documents))
 	if req.ChatTemplateKwargs != nil {
 		for i, k := range req.ChatTemplateKwargs.keys {
-			ks, _ := k.(string)
+			ks, isStr := k.(string)
 			if ks == "chat_template" || ks == "tokenize" {
 				return dst, fmt.Errorf("unexpected chat template kwarg %q", ks)
 			}
-			kwargs.Set(k, req.ChatTemplateKwargs.vals[i])
+			v := req.ChatTemplateKwargs.vals[i]
+			if ks == "continue_final_message" {
+				cfm = v
+			}
+			if !isStr || applyChatTemplateParams[ks] {
+				continue
+			}
+			st.vars.set(ks, FromGo(v))
 		}
 	}
-
-	ctx := make(map[string]any, len(r.specials)+len(kwargs.keys)+1)
-	for name, v := range r.specials {
-		ctx[name] = v
-	}
-	for i, k := range kwargs.keys {
-		ks, ok := k.(string)
-		if !ok || applyChatTemplateParams[ks] {
-			continue
-		}
-		ctx[ks] = kwargs.vals[i]
-	}
-	ctx["messages"] = conv
+	st.vars.set("messages", conv)
 	base := len(dst)
-	out, err := r.tpl.AppendRender(dst, ctx, RenderOptions{Now: r.now, SizeHint: renderSizeHint(conv)})
+	out, err := st.render(r.tpl, dst, renderSizeHint(conv))
 	if err != nil {
 		return out, err
 	}
-	if cfm, _ := kwargs.Get("continue_final_message"); truthy(cfm) {
+	if truthy(cfm) {
 		rendered := out[base:]
 		// The cut is a prefix of the rendered text: keep that many bytes.
 		kept, err := continueFinalMessage(unsafe.String(unsafe.SliceData(rendered), len(rendered)), conv)
@@ -237,6 +255,31 @@ var mediaPartTypes = map[string]bool{
 
 // parseMessage is vLLM's _parse_chat_message_content for text-only content.
 func parseMessage(m *Dict, format string) (*Dict, error) {
+	if messageAsSent(m, format) {
+		return m, nil
+	}
+	return buildMessage(m, format)
+}
+
+// messageAsSent reports whether buildMessage would return a copy of m:
+// {"role": <string other than "developer">, "content": <string>} in that
+// order, for a string-format template. Such a message is passed on as it
+// is (the template cannot change it: the sandbox is immutable).
+func messageAsSent(m *Dict, format string) bool {
+	if format == ContentFormatOpenAI || len(m.keys) != 2 || m.keys[0] != "role" || m.keys[1] != "content" {
+		return false
+	}
+	role, isStr := m.vals[0].(string)
+	if !isStr || role == "developer" {
+		return false
+	}
+	_, isStr = m.vals[1].(string)
+	return isStr
+}
+
+// buildMessage is parseMessage's general case: the message as vLLM's
+// parse_chat_messages rebuilds it.
+func buildMessage(m *Dict, format string) (*Dict, error) {
 	roleV, _ := m.Get("role")
 	role, _ := roleV.(string)
 	content, _ := m.Get("content")
@@ -317,7 +360,7 @@ func parseMessage(m *Dict, format string) (*Dict, error) {
 			return nil, fmt.Errorf("content part must be a string or an object, not %s", typeName(p))
 		}
 	}
-	out := NewDict()
+	out := newSmallDict()
 	out.Set("role", roleV)
 	if openai {
 		out.Set("content", &List{Items: wrapped})

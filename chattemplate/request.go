@@ -42,10 +42,10 @@ func ParseChatRequest(body []byte) (*Request, error) {
 func (c *ChatTemplates) AppendChat(dst, body []byte) ([]byte, error) {
 	v, arena, err := decodeBorrowed(body)
 	if err == nil {
-		var req *Request
-		if req, err = chatRequest(v); err == nil {
+		var req Request
+		if err = req.readFrom(v); err == nil {
 			var out []byte
-			if out, err = c.AppendRequest(dst, req); err == nil {
+			if out, err = c.AppendRequest(dst, &req); err == nil {
 				releaseArena(arena)
 				return out, nil
 			}
@@ -63,11 +63,21 @@ func (c *ChatTemplates) AppendChat(dst, body []byte) ([]byte, error) {
 
 // chatRequest reads a chat completions request from its decoded body.
 func chatRequest(v Value) (*Request, error) {
+	r := new(Request)
+	if err := r.readFrom(v); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// readFrom fills r from a decoded body (chatRequest, into a caller's
+// Request).
+func (r *Request) readFrom(v Value) error {
 	d, ok := v.(*Dict)
 	if !ok {
-		return nil, errors.New("chat request: body is not a JSON object")
+		return errors.New("chat request: body is not a JSON object")
 	}
-	r := &Request{AddGenerationPrompt: true}
+	*r = Request{AddGenerationPrompt: true}
 	var err error
 	str := func(key string) (string, error) {
 		x, ok := d.getStr(key)
@@ -92,44 +102,44 @@ func chatRequest(v Value) (*Request, error) {
 		return b, nil
 	}
 	if r.Model, err = str("model"); err != nil {
-		return nil, err
+		return err
 	}
 	if r.CacheSalt, err = str("cache_salt"); err != nil {
-		return nil, err
+		return err
 	}
 	if r.AddGenerationPrompt, err = boolean("add_generation_prompt", true); err != nil {
-		return nil, err
+		return err
 	}
 	if r.ContinueFinalMessage, err = boolean("continue_final_message", false); err != nil {
-		return nil, err
+		return err
 	}
 	if r.AddSpecialTokens, err = boolean("add_special_tokens", false); err != nil {
-		return nil, err
+		return err
 	}
 	if r.ContinueFinalMessage && r.AddGenerationPrompt {
 		// vLLM's request validator refuses the combination.
-		return nil, errors.New("chat request: continue_final_message and add_generation_prompt cannot both be true")
+		return errors.New("chat request: continue_final_message and add_generation_prompt cannot both be true")
 	}
 	msgs, _ := d.Get("messages")
 	ml, ok := msgs.(*List)
 	if !ok {
-		return nil, errors.New("chat request: messages must be an array")
+		return errors.New("chat request: messages must be an array")
 	}
 	for i, m := range ml.Items {
 		md, ok := m.(*Dict)
 		if !ok {
-			return nil, fmt.Errorf("chat request: messages[%d] is not an object", i)
+			return fmt.Errorf("chat request: messages[%d] is not an object", i)
 		}
 		role, _ := md.Get("role")
 		if _, ok := role.(string); !ok {
-			return nil, fmt.Errorf("chat request: messages[%d].role must be a string", i)
+			return fmt.Errorf("chat request: messages[%d].role must be a string", i)
 		}
 	}
 	r.Messages = ml
 	if t, ok := d.Get("tools"); ok && t != nil {
 		tl, ok := t.(*List)
 		if !ok {
-			return nil, errors.New("chat request: tools must be an array")
+			return errors.New("chat request: tools must be an array")
 		}
 		r.Tools = tl
 	}
@@ -139,9 +149,9 @@ func chatRequest(v Value) (*Request, error) {
 	if k, ok := d.Get("chat_template_kwargs"); ok && k != nil {
 		kd, ok := k.(*Dict)
 		if !ok {
-			return nil, errors.New("chat request: chat_template_kwargs must be an object")
+			return errors.New("chat request: chat_template_kwargs must be an object")
 		}
 		r.ChatTemplateKwargs = kd
 	}
-	return r, nil
+	return nil
 }

@@ -22,6 +22,35 @@ type List struct {
 	Items []Value
 }
 
+// smallListRoom is how many items newListOf keeps in the list's own
+// allocation.
+const smallListRoom = 4
+
+// listWithRoom is a List and the backing array of its first items.
+type listWithRoom struct {
+	List
+	items [smallListRoom]Value
+}
+
+// newListOf returns a list of a copy of items: one allocation for up to
+// smallListRoom items, two above.
+func newListOf(items []Value) *List {
+	l := newListLen(len(items))
+	copy(l.Items, items)
+	return l
+}
+
+// newListLen returns a list of n nil items for the caller to set: one
+// allocation for up to smallListRoom items, two above.
+func newListLen(n int) *List {
+	if n > smallListRoom {
+		return &List{Items: make([]Value, n)}
+	}
+	b := &listWithRoom{}
+	b.Items = b.items[:n:n]
+	return &b.List
+}
+
 // Tuple is a Python tuple (what dict.items() yields and `a, b` builds).
 type Tuple []Value
 
@@ -40,10 +69,36 @@ const smallDict = 12
 func NewDict() *Dict { return &Dict{} }
 
 // newDictCap returns an empty dict with room for n entries, keys and values
-// in one allocation.
+// in one allocation (with the dict itself when n is at most smallDictRoom).
 func newDictCap(n int) *Dict {
+	if n == 0 {
+		return NewDict()
+	}
+	if n <= smallDictRoom {
+		return newSmallDict()
+	}
 	kv := make([]Value, 2*n)
 	return &Dict{keys: kv[:0:n], vals: kv[n : n : 2*n]}
+}
+
+// smallDictRoom is how many entries a dict from newSmallDict holds before
+// its keys and values move to slices of their own.
+const smallDictRoom = 4
+
+// dictWithRoom is a Dict and the backing array of its first entries, so a
+// small dict is one allocation instead of two.
+type dictWithRoom struct {
+	Dict
+	kv [2 * smallDictRoom]Value
+}
+
+// newSmallDict returns an empty dict with room for smallDictRoom entries,
+// in one allocation: for a dict about to be filled (NewDict stays
+// allocation-free until its first Set).
+func newSmallDict() *Dict {
+	b := &dictWithRoom{}
+	b.keys, b.vals = b.kv[:0:smallDictRoom], b.kv[smallDictRoom:smallDictRoom:2*smallDictRoom]
+	return &b.Dict
 }
 
 // Len returns the number of entries.
@@ -244,6 +299,22 @@ type Namespace struct {
 	attrs *Dict
 }
 
+// namespaceWithRoom is a Namespace with its attribute dict and that dict's
+// first entries in the same allocation.
+type namespaceWithRoom struct {
+	Namespace
+	attrs dictWithRoom
+}
+
+// newNamespace returns an empty namespace, one allocation.
+func newNamespace() *Namespace {
+	b := &namespaceWithRoom{}
+	d := &b.attrs
+	d.keys, d.vals = d.kv[:0:smallDictRoom], d.kv[smallDictRoom:smallDictRoom:2*smallDictRoom]
+	b.Namespace.attrs = &d.Dict
+	return &b.Namespace
+}
+
 // typeName is Python's type(x).__name__.
 func typeName(v Value) string {
 	switch x := v.(type) {
@@ -406,8 +477,18 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 		b.WriteString("<Namespace ")
 		writeRepr(b, x.attrs, depth+1)
 		b.WriteString(">")
-	default:
+	case nil, bool, int64, float64, *Macro:
 		b.WriteString(strValue(v))
+	case *boundMethod:
+		// CPython: <built-in method get of dict object at 0x7f...>; the
+		// address is arbitrary, its length is kept.
+		fmt.Fprintf(b, "<built-in method %s of %s object at 0x7f%010x>", x.name, typeName(x.recv), uintptr(unsafe.Pointer(x))&0xffffffffff)
+	case *builtinFunc:
+		fmt.Fprintf(b, "<function %s at 0x7f%010x>", x.name, uintptr(unsafe.Pointer(x))&0xffffffffff)
+	default:
+		// Any other engine value (a loop, a joiner): printed as an object,
+		// never through strValue, whose fallback is this function.
+		fmt.Fprintf(b, "<%s object>", typeName(v))
 	}
 }
 

@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -55,6 +56,32 @@ func TestPythonFloatAndStringRepr(t *testing.T) {
 	} {
 		if got := reprValue(c.v); got != c.want {
 			t.Errorf("repr(%#v) = %s, want %s", c.v, got, c.want)
+		}
+	}
+}
+
+// TestPrintingAnyEngineValueTerminates: a template that prints a method, a
+// global function, the loop or a joiner without calling it (a missing
+// "()") renders a Python-style repr; it used to recurse between strValue
+// and writeRepr until the stack overflowed, killing the process.
+func TestPrintingAnyEngineValueTerminates(t *testing.T) {
+	for src, prefix := range map[string]string{
+		"{{ d.get }}":                                    "<built-in method get of dict object at 0x7f",
+		"{{ 's'.strip }}":                                "<built-in method strip of str object at 0x7f",
+		"{{ [1].count }}":                                "<built-in method count of list object at 0x7f",
+		"{{ raise_exception }}":                          "<function raise_exception at 0x7f",
+		"{% for x in [1] %}{{ loop }}{% endfor %}":       "<LoopContext object>",
+		"{% for x in [1] %}{{ loop.cycle }}{% endfor %}": "<built-in method cycle of LoopContext object at 0x7f",
+		"{{ joiner(',') }}":                              "<",
+		"{{ [d.get] }}":                                  "[<built-in method get of dict object at 0x7f",
+	} {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tpl.Render(map[string]any{"d": map[string]any{"get": 1}}, RenderOptions{})
+		if err != nil || !strings.HasPrefix(got, prefix) {
+			t.Errorf("%s = %q, %v; want a repr starting %q", src, got, err, prefix)
 		}
 	}
 }

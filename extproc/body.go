@@ -71,8 +71,14 @@ type openAIBody struct {
 	Model            string
 	Prompt           json.RawMessage
 	Messages         json.RawMessage
-	CacheSalt        *string
+	CacheSalt        string // null is "", as absent
 	AddSpecialTokens *bool
+}
+
+// requestAndBody is a Request and the raw fields ParseRequest scans it from.
+type requestAndBody struct {
+	Request
+	fields openAIBody
 }
 
 // ParseRequest reads an OpenAI body. path picks chat vs completion; a body
@@ -80,7 +86,10 @@ type openAIBody struct {
 // prompt over lim is not decoded: the error wraps errPromptTooLarge or
 // errTooManyMessages and the Request still names the model.
 func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
-	var b openAIBody
+	// The fields the scan's callback fills and the Request, one allocation
+	// (the callback makes whatever it writes escape).
+	rb := &requestAndBody{}
+	b := &rb.fields
 	err := scanObject(body, func(key, value []byte) error {
 		switch string(key) {
 		case "model":
@@ -90,7 +99,11 @@ func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 		case "messages":
 			b.Messages = value
 		case "cache_salt":
-			return json.Unmarshal(value, &b.CacheSalt)
+			if string(value) == "null" {
+				b.CacheSalt = "" // a later null clears an earlier salt, as json.loads keeps the last
+				return nil
+			}
+			return decodeString(value, &b.CacheSalt)
 		case "add_special_tokens":
 			return json.Unmarshal(value, &b.AddSpecialTokens)
 		}
@@ -99,10 +112,8 @@ func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadJSON, jsonErrorWithoutInput(err))
 	}
-	r := &Request{Model: b.Model, Body: body}
-	if b.CacheSalt != nil {
-		r.CacheSalt = *b.CacheSalt
-	}
+	r := &rb.Request
+	r.Model, r.Body, r.CacheSalt = b.Model, body, b.CacheSalt
 	isChat := strings.HasSuffix(pathOnly(path), "/chat/completions") || (len(b.Messages) > 0 && len(b.Prompt) == 0)
 	switch {
 	case isChat:

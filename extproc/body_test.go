@@ -129,3 +129,37 @@ func FuzzDecodeStringMatchesEncodingJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestParseRequestAllocatesTheRequestAndTheModel: a chat body's scan costs
+// two allocations, the Request (with the fields the scan fills, one
+// allocation) and the model name's copy; cache_salt null costs none, and a
+// salt reads as json.loads reads it. The race detector's
+// instrumentation is not an allocation, so this holds under -race too.
+func TestParseRequestAllocatesTheRequestAndTheModel(t *testing.T) {
+	body := []byte(`{"model":"qwen3","messages":[{"role":"system","content":"` + strings.Repeat("be brief. ", 200) +
+		`"},{"role":"user","content":"hi"}],"cache_salt":null,"stream":false}`)
+	var r *Request
+	allocs := testing.AllocsPerRun(100, func() {
+		var err error
+		if r, err = ParseRequest("/v1/chat/completions", body, Limits{MaxMessages: 10}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if r.Model != "qwen3" || r.Kind != KindChat || string(r.Body) != string(body) {
+		t.Fatalf("parsed %+v", r)
+	}
+	if allocs > 2 {
+		t.Errorf("%.1f allocations a parse, want 2", allocs)
+	}
+	for salt, want := range map[string]string{
+		`"tenant-a"`: "tenant-a", `"t\u00e9"`: "té", `null`: "", `"a","cache_salt":null`: "", `null,"cache_salt":"b"`: "b",
+	} {
+		r, err := ParseRequest("/v1/chat/completions", []byte(`{"model":"m","messages":[],"cache_salt":`+salt+`}`), Limits{})
+		if err != nil || r.CacheSalt != want {
+			t.Errorf("cache_salt %s: %q, %v; want %q", salt, r.CacheSalt, err, want)
+		}
+	}
+	if _, err := ParseRequest("/v1/chat/completions", []byte(`{"model":"m","messages":[],"cache_salt":5}`), Limits{}); err == nil {
+		t.Error("a numeric cache_salt is accepted")
+	}
+}

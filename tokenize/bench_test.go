@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math/rand/v2"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/internal/testdata"
@@ -374,5 +376,28 @@ func BenchmarkMergeNewWords(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/word")
 		})
+	}
+}
+
+// BenchmarkSegmentCacheMissPut is the segment cache's part of encoding a
+// new 2 KB user turn (~500 ids): a get that misses, then the put of the
+// turn's text and ids, with the default budget (evicting once full).
+func BenchmarkSegmentCacheMissPut(b *testing.B) {
+	c := newSegmentCache(DefaultSegmentCacheBytes)
+	text := []byte(englishPrompt(2 << 10))
+	ids := make([]int, 500)
+	for i := range ids {
+		ids[i] = i * 37 % 151000
+	}
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		binary.LittleEndian.PutUint64(text, uint64(i)) // a turn never seen before
+		seg := unsafe.String(&text[0], len(text))
+		if _, key, ok := c.get(seg, false); !ok {
+			c.put(key, seg, false, ids)
+		} else {
+			b.Fatal("hit")
+		}
 	}
 }

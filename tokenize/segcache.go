@@ -2,9 +2,9 @@ package tokenize
 
 import (
 	"hash/maphash"
-	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Segment cache bounds. A segment is the text between two added tokens
@@ -48,7 +48,7 @@ type segmentShard struct {
 
 type segmentEntry struct {
 	key     uint64
-	text    string
+	text    string // shares ids' allocation (after its last id)
 	atStart bool
 	ids     []int32 // ids are below maxMergeID (2^21), so int32 holds them at half the bytes
 	cost    int
@@ -78,38 +78,43 @@ func (c *segmentCache) key(seg string, atStart bool) uint64 {
 }
 
 // get returns the ids of seg when cached. The hash picks the entry; the
-// text comparison makes a hit exact.
-func (c *segmentCache) get(seg string, atStart bool) ([]int32, bool) {
+// text comparison makes a hit exact. On a miss it also returns the key it
+// computed, for put: the segment is then hashed once.
+func (c *segmentCache) get(seg string, atStart bool) (ids []int32, key uint64, ok bool) {
 	k := c.key(seg, atStart)
 	s := &c.shards[k%segmentShards]
 	s.mu.RLock()
 	e := s.m[k]
 	s.mu.RUnlock()
 	if e == nil || e.atStart != atStart || e.text != seg {
-		return nil, false
+		return nil, k, false
 	}
 	if !e.ref.Load() {
 		e.ref.Store(true)
 	}
-	return e.ids, true
+	return e.ids, k, true
 }
 
-// put stores a copy of seg's ids, evicting until the shard fits its budget.
-func (c *segmentCache) put(seg string, atStart bool, ids []int) {
-	k := c.key(seg, atStart)
-	e := &segmentEntry{
-		key:     k,
-		text:    strings.Clone(seg), // own the bytes: seg may point into a large request
-		atStart: atStart,
-		ids:     make([]int32, len(ids)),
-	}
-	for i, id := range ids {
-		e.ids[i] = int32(id)
-	}
-	e.cost = len(seg) + 4*len(ids) + segmentEntryOverhead
-	if e.cost > c.shardBudget/4 {
+// put stores a copy of seg and its ids under k, the key get returned for
+// (seg, atStart), evicting until the shard fits its budget. The copy is
+// one pointer-free allocation: the ids, then the text's bytes.
+func (c *segmentCache) put(k uint64, seg string, atStart bool, ids []int) {
+	cost := len(seg) + 4*len(ids) + segmentEntryOverhead
+	if cost > c.shardBudget/4 {
 		return
 	}
+	n := len(ids)
+	buf := make([]int32, n+(len(seg)+3)/4)
+	for i, id := range ids {
+		buf[i] = int32(id)
+	}
+	var text string
+	if len(seg) > 0 {
+		tb := unsafe.Slice((*byte)(unsafe.Pointer(&buf[n])), len(seg))
+		copy(tb, seg) // own the bytes: seg may point into a large request
+		text = unsafe.String(&tb[0], len(tb))
+	}
+	e := &segmentEntry{key: k, text: text, atStart: atStart, ids: buf[:n:n], cost: cost}
 	s := &c.shards[k%segmentShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/kvroute/kvroute/internal/testdata"
 )
@@ -176,5 +177,54 @@ func TestSegmentCacheOption(t *testing.T) {
 		if (tok.segments != nil) != c.on {
 			t.Errorf("SegmentCacheBytes %d: cache on = %v", c.bytes, tok.segments != nil)
 		}
+	}
+}
+
+// TestSegmentCachePutOwnsTextAndIDs: put copies the segment's text and ids
+// into one allocation (ids first, then the bytes) under the key get
+// returned; the entry must equal the originals for every text length
+// modulo 4, hit afterwards, and not change when the caller's buffers do.
+func TestSegmentCachePutOwnsTextAndIDs(t *testing.T) {
+	c := newSegmentCache(1 << 20)
+	c.minBytes = 1
+	for n := 1; n <= 9; n++ {
+		for _, atStart := range []bool{false, true} {
+			src := []byte(strings.Repeat("x", 100) + strings.Repeat("é", n)[:n]) // odd byte counts too
+			wantText := string(src[100:])
+			seg := unsafe.String(&src[100], len(src)-100) // aliases src, as a request's bytes would
+			ids := []int{n, 1 << 20, 7, 2097150}[:1+n%4]
+			want := slices.Clone(ids)
+			if _, _, ok := c.get(seg, atStart); ok {
+				t.Fatalf("n=%d: hit before put", n)
+			}
+			_, key, _ := c.get(seg, atStart)
+			if key != c.key(seg, atStart) {
+				t.Fatalf("n=%d: get returned key %x, want %x", n, key, c.key(seg, atStart))
+			}
+			c.put(key, seg, atStart, ids)
+			for i := range src {
+				src[i] = 'y'
+			}
+			ids[0] = -1
+			got, _, ok := c.get(wantText, atStart)
+			if !ok {
+				t.Fatalf("n=%d atStart=%v: miss after put", n, atStart)
+			}
+			if len(got) != len(want) || cap(got) != len(want) {
+				t.Fatalf("n=%d: ids len %d cap %d, want %d", n, len(got), cap(got), len(want))
+			}
+			for i := range want {
+				if int(got[i]) != want[i] {
+					t.Fatalf("n=%d: ids %v, want %v", n, got, want)
+				}
+			}
+			e := c.shards[key%segmentShards].m[key]
+			if e.text != wantText || e.cost != len(seg)+4*len(want)+segmentEntryOverhead {
+				t.Fatalf("n=%d: entry text %q cost %d", n, e.text, e.cost)
+			}
+		}
+	}
+	if _, _, ok := c.get("never stored", false); ok {
+		t.Fatal("hit for a segment never stored")
 	}
 }

@@ -178,7 +178,8 @@ func (t *Tokenizer) encodeText(ids []int, text string, st *scratch) []int {
 			ids = t.encodeSegment(ids, seg, atStart, st)
 			return
 		}
-		if hit, ok := t.segments.get(seg, atStart); ok {
+		hit, key, ok := t.segments.get(seg, atStart)
+		if ok {
 			n := len(ids)
 			ids = slices.Grow(ids, len(hit))[:n+len(hit)]
 			widen(ids[n:], hit)
@@ -186,7 +187,7 @@ func (t *Tokenizer) encodeText(ids []int, text string, st *scratch) []int {
 		}
 		from := len(ids)
 		ids = t.encodeSegment(ids, seg, atStart, st)
-		t.segments.put(seg, atStart, ids[from:])
+		t.segments.put(key, seg, atStart, ids[from:])
 	})
 	return ids
 }
