@@ -131,6 +131,13 @@ func TestMapUint64Values(t *testing.T) {
 	check(t, m, want)
 }
 
+// withSlots is an empty Map of n slots.
+func withSlots(n int) *Map[val] {
+	m := &Map[val]{}
+	m.resize(n)
+	return m
+}
+
 // keysHomedAt returns count keys whose home in a table of n slots is slot h.
 func keysHomedAt(h, n, count int) []uint64 {
 	var out []uint64
@@ -147,7 +154,7 @@ func keysHomedAt(h, n, count int) []uint64 {
 func TestMapCollidingKeysWrapAround(t *testing.T) {
 	const slots = 64
 	for _, h := range []int{0, 30, slots - 3, slots - 1} {
-		m := &Map[val]{slots: make([]slot[val], slots)}
+		m := withSlots(slots)
 		want := map[uint64]val{}
 		for i, k := range append(keysHomedAt(h, slots, 10), keysHomedAt((h+2)%slots, slots, 10)...) {
 			v := val{uint32(i), 1, 2}
@@ -175,7 +182,7 @@ func TestMapCollidingKeysWrapAround(t *testing.T) {
 func TestResizeWrapsTheLastRunOntoTheFirstKey(t *testing.T) {
 	for top := 1; top <= 19; top++ {
 		for _, slots := range []int{(top+1)*maxLoadDen/maxLoadNum + 1, 40} {
-			m := &Map[val]{slots: make([]slot[val], 64)}
+			m := withSlots(64)
 			want := map[uint64]val{}
 			for _, k := range append([]uint64{unhash(1 << 63)}, keysAtTheTop(top)...) {
 				v := val{uint32(k), uint32(k >> 32), 1}
@@ -184,8 +191,8 @@ func TestResizeWrapsTheLastRunOntoTheFirstKey(t *testing.T) {
 			}
 			check(t, m, want)
 			m.resize(slots)
-			if len(m.slots) != slots {
-				t.Fatalf("resized to %d slots, want %d", len(m.slots), slots)
+			if m.size != slots {
+				t.Fatalf("resized to %d slots, want %d", m.size, slots)
 			}
 			check(t, m, want)
 		}
@@ -253,13 +260,13 @@ func TestSparseMapGrowsByDoubling(t *testing.T) {
 		k := rng.Uint64()
 		m.Put(k, val{uint32(i), 0, 1})
 		want[k] = val{uint32(i), 0, 1}
-		if n := len(m.slots); n != prev {
+		if n := m.size; n != prev {
 			if prev > 0 && n != 2*prev {
 				t.Fatalf("grew from %d to %d slots", prev, n)
 			}
 			prev = n
 		}
-		if n := len(m.slots); n > 1000 && (m.Len()*4 > n*3 || m.Len()*8 < n*3-8) {
+		if n := m.size; n > 1000 && (m.Len()*4 > n*3 || m.Len()*8 < n*3-8) {
 			t.Fatalf("%d entries in %d slots", m.Len(), n)
 		}
 	}
@@ -288,13 +295,13 @@ func TestMapGrowsInSmallStepsAndShrinks(t *testing.T) {
 		k := rng.Uint64()
 		keys = append(keys, k)
 		m.Put(k, val{1, uint32(i) + 1, 0})
-		if n := len(m.slots); n != prev {
+		if n := m.size; n != prev {
 			if prev > 100 && n > prev*growthNum/growthDen+1 {
 				t.Fatalf("grew from %d to %d slots", prev, n)
 			}
 			prev = n
 		}
-		if n := len(m.slots); n > 1000 && float64(m.Len()) < 0.76*float64(n) {
+		if n := m.size; n > 1000 && float64(m.Len()) < 0.76*float64(n) {
 			t.Fatalf("%d entries in %d slots", m.Len(), n)
 		}
 	}
@@ -309,7 +316,7 @@ func TestMapGrowsInSmallStepsAndShrinks(t *testing.T) {
 	if !m.Shrink() {
 		t.Fatal("a table a twentieth full did not shrink")
 	}
-	if n := len(m.slots); n > 2*m.Len() {
+	if n := m.size; n > 2*m.Len() {
 		t.Fatalf("after shrink: %d entries in %d slots", m.Len(), n)
 	}
 	for i, k := range keys[190_000:] {
@@ -336,18 +343,18 @@ func TestHintFollowsTheSlots(t *testing.T) {
 	for k := uint64(1); k <= 10_000; k++ {
 		m.Put(k, val{1, 2, 3})
 		h.Prefetch(k)
-		if got, want := h.base.Load(), uintptr(unsafe.Pointer(&m.slots[0])); got != want || h.slots.Load() != int64(len(m.slots)) {
-			t.Fatalf("after %d puts the hint says %x/%d, the slots are at %x/%d", k, got, h.slots.Load(), want, len(m.slots))
+		if l := h.layout.Load(); l.slots != m.size || len(l.segs) != len(m.segs) || l.segs[len(l.segs)-1] != uintptr(unsafe.Pointer(&m.segs[len(m.segs)-1][0])) {
+			t.Fatalf("after %d puts the hint says %d slots in %d segments, the table has %d in %d", k, l.slots, len(l.segs), m.size, len(m.segs))
 		}
 		checkWindow(t, &h, m, k, denseFetchSlots)
 	}
 	for k := uint64(1); k <= 9_900; k++ {
 		m.Delete(k)
 	}
-	if !m.Shrink() || h.slots.Load() != int64(len(m.slots)) {
-		t.Fatalf("after shrinking the hint says %d slots, the table has %d", h.slots.Load(), len(m.slots))
+	if !m.Shrink() || h.layout.Load().slots != m.size {
+		t.Fatalf("after shrinking the hint says %d slots, the table has %d", h.layout.Load().slots, m.size)
 	}
-	for _, addr := range []uintptr{0, 1, ^uintptr(0), h.base.Load() + 1<<40} {
+	for _, addr := range []uintptr{0, 1, ^uintptr(0), h.layout.Load().segs[0] + 1<<40} {
 		prefetch.Line(addr)
 	}
 	sparse := Sparse[val]()
@@ -363,8 +370,8 @@ func TestHintFollowsTheSlots(t *testing.T) {
 func checkWindow(t *testing.T, h *Hint, m *Map[val], k uint64, fetched int) {
 	t.Helper()
 	from, to := h.window(k)
-	homeSlot := uintptr(unsafe.Pointer(&m.slots[home(hash(k), len(m.slots))]))
-	end := homeSlot + uintptr(fetched)*unsafe.Sizeof(m.slots[0])
+	homeSlot := uintptr(unsafe.Pointer(m.at(home(hash(k), m.size))))
+	end := homeSlot + uintptr(fetched)*unsafe.Sizeof(slot[val]{})
 	if from%cacheLineBytes != 0 || from > homeSlot || homeSlot-from >= cacheLineBytes || to != end {
 		t.Fatalf("key %d: window %x..%x, home slot at %x, %d slots end at %x", k, from, to, homeSlot, fetched, end)
 	}
