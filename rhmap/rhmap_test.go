@@ -3,6 +3,7 @@ package rhmap
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -30,7 +31,7 @@ func check[V comparable](t *testing.T, m *Map[V], want map[uint64]V) {
 // runOps applies ops decoded from b to a Map and a plain map and checks they
 // agree after each. Keys come from a small range (space, 0 included) so that
 // puts hit existing keys, deletes find them, and homes collide.
-func runOps(t *testing.T, b []byte, space uint64, sparse bool) {
+func runOps(t *testing.T, b []byte, space uint64, sparse bool) *Map[val] {
 	m := &Map[val]{}
 	if sparse {
 		*m = Sparse[val]()
@@ -68,12 +69,24 @@ func runOps(t *testing.T, b []byte, space uint64, sparse bool) {
 			}
 		}
 		// The whole table after every op while it is small, then after
-		// every 64th (a check costs a lookup per entry).
-		if ops++; m.Len() < 256 || ops%64 == 0 {
+		// every 64th, and every 1024th once it spans segments (a check
+		// costs a lookup per entry).
+		if ops++; m.Len() < 256 || ops%64 == 0 && m.Len() < segSlots || ops%1024 == 0 {
 			check(t, m, want)
 		}
 	}
 	check(t, m, want)
+	// A walk with Next visits every entry once, in slot order.
+	seen, last := 0, -1
+	for i, v := m.Next(0); v != nil; i, v = m.Next(i + 1) {
+		if i <= last || !m.Occupied(i) || *v != want[m.KeyAt(i)] {
+			t.Fatalf("Next: slot %d after %d, occupied %v, value %+v", i, last, m.Occupied(i), *v)
+		}
+		seen, last = seen+1, i
+	}
+	if seen != len(want) {
+		t.Fatalf("Next visited %d entries of %d", seen, len(want))
+	}
 	// Emptying it through DeleteAt, as the sweeps do, leaves nothing behind.
 	for i := 0; i < m.Slots(); i++ {
 		if m.Occupied(i) {
@@ -87,6 +100,7 @@ func runOps(t *testing.T, b []byte, space uint64, sparse bool) {
 		}
 	}
 	check(t, m, want)
+	return m
 }
 
 func TestMapAgreesWithPlainMap(t *testing.T) {
@@ -98,6 +112,23 @@ func TestMapAgreesWithPlainMap(t *testing.T) {
 		}
 		runOps(t, b, space, false)
 		runOps(t, b, space, true)
+	}
+}
+
+// Tables of several segments, grown through with puts and deletes mixed,
+// agree with a plain map too: runs cross from one segment into the next,
+// and the merge that grows the table reuses the old table's segments.
+func TestMapAgreesWithPlainMapAcrossSegments(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	b := make([]byte, 3*60_000)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	for _, sparse := range []bool{false, true} {
+		m := runOps(t, b, 1<<17, sparse)
+		if m.size < 3*segSlots {
+			t.Fatalf("the table grew to %d slots only, %d segments", m.size, len(m.segs))
+		}
 	}
 }
 
@@ -150,10 +181,16 @@ func keysHomedAt(h, n, count int) []uint64 {
 }
 
 // Keys sharing one home form one run; deleting from its middle shifts the
-// rest back, and a run that passes the last slot wraps to the first.
+// rest back, and a run that passes the last slot wraps to the first. In a
+// table of several segments runs also cross from one segment into the next
+// and from the shorter last segment into the first.
 func TestMapCollidingKeysWrapAround(t *testing.T) {
-	const slots = 64
-	for _, h := range []int{0, 30, slots - 3, slots - 1} {
+	const big = 2*segSlots + 100
+	for _, c := range []struct{ slots, home int }{
+		{64, 0}, {64, 30}, {64, 61}, {64, 63},
+		{big, 0}, {big, segSlots - 3}, {big, 2*segSlots - 4}, {big, big - 3}, {big, big - 1},
+	} {
+		slots, h := c.slots, c.home
 		m := withSlots(slots)
 		want := map[uint64]val{}
 		for i, k := range append(keysHomedAt(h, slots, 10), keysHomedAt((h+2)%slots, slots, 10)...) {
@@ -196,6 +233,55 @@ func TestResizeWrapsTheLastRunOntoTheFirstKey(t *testing.T) {
 			}
 			check(t, m, want)
 		}
+	}
+}
+
+// The merge into fewer slots of several segments can wrap the last run
+// past the first key too, when the run is longer than a segment.
+func TestResizeWrapsALongRunAcrossSegments(t *testing.T) {
+	m := withSlots(3 * segSlots)
+	want := map[uint64]val{}
+	for _, k := range append([]uint64{unhash(1 << 63)}, keysAtTheTop(segSlots+100)...) {
+		v := val{uint32(k), uint32(k >> 32), 1}
+		m.Put(k, v)
+		want[k] = v
+	}
+	check(t, m, want)
+	for _, slots := range []int{2*segSlots + 5, 5*segSlots + 1, 2*segSlots + 5} {
+		m.resize(slots)
+		if m.size != slots || len(m.segs) != (slots+segSlots-1)/segSlots {
+			t.Fatalf("resized to %d slots in %d segments, want %d", m.size, len(m.segs), slots)
+		}
+		check(t, m, want)
+	}
+}
+
+// Growing a table of many segments allocates about the fifth it grows by
+// (and its last segment), not a whole new table: the merge writes the new
+// table into the old one's segments as it passes them.
+func TestGrowthReusesTheOldSegments(t *testing.T) {
+	m := &Map[val]{}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for m.size < 40*segSlots {
+		m.Put(rng.Uint64(), val{1, 2, 3})
+	}
+	for !m.overLoad(m.n+1, m.size) {
+		m.Put(rng.Uint64(), val{1, 2, 3})
+	}
+	before := m.size
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	m.Put(rng.Uint64(), val{1, 2, 3}) // grows
+	runtime.ReadMemStats(&ms1)
+	if m.size == before {
+		t.Fatal("the table did not grow")
+	}
+	table := uint64(m.size) * uint64(unsafe.Sizeof(slot[val]{}))
+	if got := ms1.TotalAlloc - ms0.TotalAlloc; got > table/3 {
+		t.Fatalf("growing to %d slots (%d bytes) allocated %d bytes", m.size, table, got)
+	}
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
 	}
 }
 
