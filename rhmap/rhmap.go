@@ -167,16 +167,19 @@ func (m *Map[V]) sizeFor(n int) int {
 // layout behind an atomic pointer, so reading it races with nothing; a
 // stale layout only fetches useless lines (a prefetch never faults).
 type Hint struct {
-	layout atomic.Pointer[hintLayout]
+	// layout points to the first of: the number of slots, the size of a
+	// slot, how many bytes to fetch from a key's home slot on, then each
+	// segment's first slot; nil while the Map has no slots. One pointer,
+	// so a reader always sees one publication whole.
+	layout atomic.Pointer[uintptr]
 }
 
-// hintLayout is where a Map's slots were when it was published.
-type hintLayout struct {
-	segs       []uintptr // each segment's first slot
-	slots      int
-	slotSize   uintptr
-	fetchBytes uintptr // from a key's home slot on
-}
+const (
+	hintSlots = iota
+	hintSlotSize
+	hintFetchBytes
+	hintSegs
+)
 
 // SetHint makes m publish its slots to h now and whenever it reallocates
 // them.
@@ -193,16 +196,17 @@ func (m *Map[V]) publish() {
 		m.hint.layout.Store(nil)
 		return
 	}
-	l := &hintLayout{segs: make([]uintptr, len(m.segs)), slots: m.size, slotSize: unsafe.Sizeof(m.segs[0][0])}
-	for i, seg := range m.segs {
-		l.segs[i] = uintptr(unsafe.Pointer(unsafe.SliceData(seg)))
-	}
+	l := make([]uintptr, hintSegs+len(m.segs))
+	l[hintSlots], l[hintSlotSize] = uintptr(m.size), unsafe.Sizeof(m.segs[0][0])
 	if m.sparse {
-		l.fetchBytes = sparseFetchSlots * l.slotSize
+		l[hintFetchBytes] = sparseFetchSlots * l[hintSlotSize]
 	} else {
-		l.fetchBytes = denseFetchSlots * l.slotSize
+		l[hintFetchBytes] = denseFetchSlots * l[hintSlotSize]
 	}
-	m.hint.layout.Store(l)
+	for i, seg := range m.segs {
+		l[hintSegs+i] = uintptr(unsafe.Pointer(unsafe.SliceData(seg)))
+	}
+	m.hint.layout.Store(&l[0])
 }
 
 // Prefetch starts loading key k's home slot and the slots after it that a
@@ -224,13 +228,15 @@ func (h *Hint) Prefetch(k uint64) {
 // pass the end of the slot's segment: a prefetch never faults). It is empty
 // while the Map has no slots.
 func (h *Hint) window(k uint64) (from, to uintptr) {
-	l := h.layout.Load()
-	if l == nil {
+	p := h.layout.Load()
+	if p == nil {
 		return 0, 0
 	}
-	i := home(hash(k), l.slots)
-	a := l.segs[i>>segShift] + uintptr(i&segMask)*l.slotSize
-	return a &^ (cacheLineBytes - 1), a + l.fetchBytes
+	n := int(*p)
+	l := unsafe.Slice(p, hintSegs+(n+segMask)>>segShift)
+	i := home(hash(k), n)
+	a := l[hintSegs+i>>segShift] + uintptr(i&segMask)*l[hintSlotSize]
+	return a &^ (cacheLineBytes - 1), a + l[hintFetchBytes]
 }
 
 // Len is the number of entries held.
@@ -346,7 +352,7 @@ func (m *Map[V]) Get(k uint64) (V, bool) {
 func (m *Map[V]) probe(h uint64) (int, *slot[V], bool) {
 	n := m.size
 	i := home(h, n)
-	seg, j := m.seg0, i&segMask
+	seg, base, j := m.seg0, i&^segMask, i&segMask
 	if i >= len(seg) {
 		seg = m.segs[i>>segShift]
 	}
@@ -355,26 +361,25 @@ func (m *Map[V]) probe(h uint64) (int, *slot[V], bool) {
 		p := &seg[j]
 		s := p.hash()
 		if s == h {
-			return i, p, true
+			return base + j, p, true
 		}
 		if s == 0 {
-			return i, p, false
+			return base + j, p, false
 		}
 		if s > h || wrapped {
-			sd := i - home(s, n)
+			sd := base + j - home(s, n)
 			if sd < 0 {
 				sd += n
 			}
 			if sd < d || sd == d && s > h {
-				return i, p, false // h would sit before this key: it is not here
+				return base + j, p, false // h would sit before this key: it is not here
 			}
 		}
-		i++
 		if j++; j == len(seg) {
-			if i == n {
-				i, wrapped = 0, true
+			if base += j; base == n {
+				base, wrapped = 0, true
 			}
-			seg, j = m.segs[i>>segShift], 0
+			seg, j = m.segs[base>>segShift], 0
 		}
 	}
 }
@@ -410,6 +415,21 @@ func (m *Map[V]) Upsert(k uint64) (*V, bool) {
 // insertAt adds hash h, absent, with the zero value in slot i as probe
 // returned it: the rest of the run moves one slot on.
 func (m *Map[V]) insertAt(i int, h uint64) {
+	// Most runs end in the segment they start in: shift them there.
+	seg, o := m.segs[i>>segShift], i&segMask
+	for j := o; j < len(seg); j++ {
+		if seg[j].empty() {
+			copy(seg[o+1:j+1], seg[o:j])
+			seg[o] = slot[V]{h0: uint32(h), h1: uint32(h >> 32)}
+			m.n++
+			return
+		}
+	}
+	m.insertAcross(i, h)
+}
+
+// insertAcross is insertAt where the run passes the end of slot i's segment.
+func (m *Map[V]) insertAcross(i int, h uint64) {
 	n := m.size
 	j := i
 	seg, o := m.segs[j>>segShift], j&segMask
@@ -474,12 +494,21 @@ func (m *Map[V]) DeleteAt(i int) {
 		return
 	}
 	// The run to move back ends before the first slot that is empty or
-	// holds a key at its home.
+	// holds a key at its home. Most runs end in slot i's segment.
+	seg, o := m.segs[i>>segShift], i&segMask
+	for j := o + 1; j < len(seg); j++ {
+		if s := &seg[j]; s.empty() || m.dist(i-o+j, s.hash()) == 0 {
+			copy(seg[o:j-1], seg[o+1:j])
+			seg[j-1] = slot[V]{}
+			m.n--
+			return
+		}
+	}
 	j := i + 1
 	if j == n {
 		j = 0
 	}
-	seg, o := m.segs[j>>segShift], j&segMask
+	seg, o = m.segs[j>>segShift], j&segMask
 	for {
 		s := &seg[o]
 		if s.empty() || m.dist(j, s.hash()) == 0 {
@@ -547,11 +576,7 @@ func (m *Map[V]) resize(slots int) {
 	m.segs, m.size, m.n = make([][]slot[V], (slots+segMask)>>segShift), slots, 0
 	defer m.publish()
 	g := merger[V]{m: m, slots: slots, prev: -1, slotBytes: unsafe.Sizeof(slot[V]{})}
-	// Segments of a table of hugeAdviseBytes or more are advised for huge
-	// pages as they join it: fresh ones, and reused ones that the old table
-	// did not advise.
 	g.advise = uintptr(slots)*g.slotBytes >= hugeAdviseBytes
-	g.adviseReused = g.advise && uintptr(oldSize)*g.slotBytes < hugeAdviseBytes
 	start := 0
 	for start < oldSize && !old[start>>segShift][start&segMask].empty() {
 		start++
@@ -623,12 +648,11 @@ func mergeRun[V comparable](dst, src []slot[V], dbase, o, next, prev, slots int)
 // case: at a new segment, where hash order wraps past the top, and in the
 // fallback.
 type merger[V comparable] struct {
-	m            *Map[V]
-	slots        int
-	free         [][]slot[V] // old segments read to the end
-	slotBytes    uintptr
-	advise       bool // advise fresh segments for huge pages
-	adviseReused bool // and reused ones
+	m         *Map[V]
+	slots     int
+	free      [][]slot[V] // old segments read to the end
+	slotBytes uintptr
+	advise    bool // the new table is of hugeAdviseBytes or more
 	// The new slots before filled are written (an entry or zero); wseg is
 	// the segment being written, from slot wbase on.
 	filled, wbase int
@@ -660,7 +684,11 @@ func (g *merger[V]) nextSeg() {
 	} else {
 		g.m.segs[q] = make([]slot[V], size)
 	}
-	if reused && g.adviseReused || !reused && g.advise {
+	// A new full segment is advised for huge pages before its first write
+	// whatever the table's size: later growths reuse it, and memory
+	// already written on base pages stays on them. The last, shorter
+	// segment is advised when the table is of hugeAdviseBytes or more.
+	if !reused && (size == segSlots || g.advise) {
 		adviseHuge(unsafe.Pointer(unsafe.SliceData(g.m.segs[q])), uintptr(size)*g.slotBytes)
 	}
 	g.wseg, g.wbase = g.m.segs[q], g.filled

@@ -429,18 +429,18 @@ func TestHintFollowsTheSlots(t *testing.T) {
 	for k := uint64(1); k <= 10_000; k++ {
 		m.Put(k, val{1, 2, 3})
 		h.Prefetch(k)
-		if l := h.layout.Load(); l.slots != m.size || len(l.segs) != len(m.segs) || l.segs[len(l.segs)-1] != uintptr(unsafe.Pointer(&m.segs[len(m.segs)-1][0])) {
-			t.Fatalf("after %d puts the hint says %d slots in %d segments, the table has %d in %d", k, l.slots, len(l.segs), m.size, len(m.segs))
+		if l := hintLayout(&h); l[hintSlots] != uintptr(m.size) || len(l) != hintSegs+len(m.segs) || l[len(l)-1] != uintptr(unsafe.Pointer(&m.segs[len(m.segs)-1][0])) {
+			t.Fatalf("after %d puts the hint says %d slots in %d segments, the table has %d in %d", k, l[hintSlots], len(l)-hintSegs, m.size, len(m.segs))
 		}
 		checkWindow(t, &h, m, k, denseFetchSlots)
 	}
 	for k := uint64(1); k <= 9_900; k++ {
 		m.Delete(k)
 	}
-	if !m.Shrink() || h.layout.Load().slots != m.size {
-		t.Fatalf("after shrinking the hint says %d slots, the table has %d", h.layout.Load().slots, m.size)
+	if !m.Shrink() || hintLayout(&h)[hintSlots] != uintptr(m.size) {
+		t.Fatalf("after shrinking the hint says %d slots, the table has %d", hintLayout(&h)[hintSlots], m.size)
 	}
-	for _, addr := range []uintptr{0, 1, ^uintptr(0), h.layout.Load().segs[0] + 1<<40} {
+	for _, addr := range []uintptr{0, 1, ^uintptr(0), hintLayout(&h)[hintSegs] + 1<<40} {
 		prefetch.Line(addr)
 	}
 	sparse := Sparse[val]()
@@ -449,6 +449,12 @@ func TestHintFollowsTheSlots(t *testing.T) {
 		sparse.Put(k, val{})
 		checkWindow(t, &h, &sparse, k, sparseFetchSlots)
 	}
+}
+
+// hintLayout is what h publishes.
+func hintLayout(h *Hint) []uintptr {
+	p := h.layout.Load()
+	return unsafe.Slice(p, hintSegs+(int(*p)+segMask)>>segShift)
 }
 
 // checkWindow fails unless h's window for key k starts on the cache line of
