@@ -576,7 +576,12 @@ func (m *Map[V]) resize(slots int) {
 	m.segs, m.size, m.n = make([][]slot[V], (slots+segMask)>>segShift), slots, 0
 	defer m.publish()
 	g := merger[V]{m: m, slots: slots, prev: -1, slotBytes: unsafe.Sizeof(slot[V]{})}
+	// A table of hugeAdviseBytes or more has its new segments advised for
+	// huge pages before their first write. The growth that brings a table
+	// there reuses none of the old segments (written on base pages, they
+	// would stay on them), so from then on every segment is advised.
 	g.advise = uintptr(slots)*g.slotBytes >= hugeAdviseBytes
+	g.reuse = !g.advise || uintptr(oldSize)*g.slotBytes >= hugeAdviseBytes
 	start := 0
 	for start < oldSize && !old[start>>segShift][start&segMask].empty() {
 		start++
@@ -652,7 +657,8 @@ type merger[V comparable] struct {
 	slots     int
 	free      [][]slot[V] // old segments read to the end
 	slotBytes uintptr
-	advise    bool // the new table is of hugeAdviseBytes or more
+	advise    bool // advise new segments for huge pages
+	reuse     bool // put old segments on the free list
 	// The new slots before filled are written (an entry or zero); wseg is
 	// the segment being written, from slot wbase on.
 	filled, wbase int
@@ -666,7 +672,7 @@ type merger[V comparable] struct {
 
 // release puts old segment k, read to the end, on the free list.
 func (g *merger[V]) release(old [][]slot[V], k int) {
-	if len(old[k]) == segSlots {
+	if len(old[k]) == segSlots && g.reuse {
 		g.free = append(g.free, old[k])
 	}
 	old[k] = nil
@@ -684,11 +690,7 @@ func (g *merger[V]) nextSeg() {
 	} else {
 		g.m.segs[q] = make([]slot[V], size)
 	}
-	// A new full segment is advised for huge pages before its first write
-	// whatever the table's size: later growths reuse it, and memory
-	// already written on base pages stays on them. The last, shorter
-	// segment is advised when the table is of hugeAdviseBytes or more.
-	if !reused && (size == segSlots || g.advise) {
+	if !reused && g.advise {
 		adviseHuge(unsafe.Pointer(unsafe.SliceData(g.m.segs[q])), uintptr(size)*g.slotBytes)
 	}
 	g.wseg, g.wbase = g.m.segs[q], g.filled
