@@ -9,7 +9,9 @@
 // tombstones). A key's home is fastrange(hash, slots), which works for any
 // number of slots: the table grows by a fifth when it is 92 % full, so it
 // always holds between 77 and 92 % of its slots (no doubling, and a rebuild
-// copies slots in home order, almost sequentially).
+// copies slots in home order, almost sequentially). The slots are held in
+// segments of segSlots, so that a rebuild writes the new table into the old
+// one's segments as it passes them instead of allocating a whole table.
 //
 // A slot holds its key's hash, not the key: the hash is a bijection, so the
 // key is recovered from it, and a probe reads each slot's home straight from
@@ -60,9 +62,11 @@ const (
 	sparseFetchSlots = 8
 	cacheLineBytes   = 64
 	// segSlots is the number of slots in a segment of a table (Map), a
-	// power of two: 80 KiB of the index's 20-byte slots, so that a 64-shard
-	// index's tables at a million entries are a few segments each and the
-	// last segment's slack stays small (docs/PERFORMANCE.md).
+	// power of two (80 KiB of the index's 20-byte slots; the last segment
+	// holds only the rest). A growth leaves about one old segment unused,
+	// so segments must be small next to a large table; a table of up to
+	// segSlots is one segment, which a probe reads as directly as a flat
+	// table (Map.seg0), as are the lookup benchmark's (docs/PERFORMANCE.md).
 	segShift = 12
 	segSlots = 1 << segShift
 	segMask  = segSlots - 1
@@ -79,14 +83,15 @@ const (
 // so that growing reuses the memory of the old table's segments as the
 // merge passes them (resize) instead of allocating a whole new table.
 type Map[V comparable] struct {
-	segs    [][]slot[V] // slot i is segs[i>>segShift][i&segMask]
-	seg0    []slot[V]   // segs[0], read without going through segs
-	size    int         // slots in all the segments
-	n       int         // entries in the slots
+	// The fields a lookup reads come first, in the first 48 bytes.
+	seg0    []slot[V] // segs[0], read without going through segs
+	size    int       // slots in all the segments
+	n       int       // entries in the slots
 	hasZero bool
-	zero    V // the value of key 0, when hasZero
 	sparse  bool
-	hint    *Hint // where to publish the slots, or nil
+	zero    V           // the value of key 0, when hasZero
+	hint    *Hint       // where to publish the slots, or nil
+	segs    [][]slot[V] // slot i is segs[i>>segShift][i&segMask]
 }
 
 type slot[V comparable] struct {
@@ -328,7 +333,7 @@ func (m *Map[V]) Find(k uint64) int {
 // Get returns k's value.
 func (m *Map[V]) Get(k uint64) (V, bool) {
 	if k != 0 && m.n != 0 {
-		if _, s, ok := m.probe(hash(k)); ok {
+		if s := m.lookup(hash(k)); s != nil {
 			return s.v, true
 		}
 	} else if k == 0 && m.hasZero {
@@ -382,6 +387,35 @@ func (m *Map[V]) probe(h uint64) (int, *slot[V], bool) {
 			seg, j = m.segs[base>>segShift], 0
 		}
 	}
+}
+
+// lookup is probe for Get: the slot of hash h, or nil. A walk that stays
+// in the first segment (all of a table of up to segSlots) runs as on one
+// flat array and cannot have wrapped; others go to probe.
+func (m *Map[V]) lookup(h uint64) *slot[V] {
+	n, seg := m.size, m.seg0
+	for i, d := home(h, n), 0; i < len(seg); i, d = i+1, d+1 {
+		s := seg[i].hash()
+		if s == h {
+			return &seg[i]
+		}
+		if s == 0 {
+			return nil
+		}
+		if s > h {
+			sd := i - home(s, n)
+			if sd < 0 {
+				sd += n
+			}
+			if sd <= d { // and s > h
+				return nil // h would sit before this key: it is not here
+			}
+		}
+	}
+	if _, p, ok := m.probe(h); ok {
+		return p
+	}
+	return nil
 }
 
 // Put stores v under k, replacing any value.
