@@ -31,3 +31,27 @@ func adviseHuge(p unsafe.Pointer, n uintptr) {
 	hi := (uintptr(p) + n + hugePageBytes - 1) &^ (hugePageBytes - 1)
 	syscall.Syscall(syscall.SYS_MADVISE, lo, hi-lo, syscall.MADV_HUGEPAGE)
 }
+
+// collapseHuge asks Linux (6.1 and later; earlier ones refuse, and nothing
+// changes) to back the memory around each of the new segments at ps, n
+// bytes each, with huge pages now: madvise(MADV_COLLAPSE) on the segment
+// rounded out to huge-page boundaries, once per huge page. adviseHuge only
+// reaches pages not yet touched, and a segment allocated where the heap has
+// written before (make zeroes reused memory) would otherwise stay on base
+// pages through every later growth that reuses it (docs/PERFORMANCE.md).
+// The kernel copies what the base pages hold; contents do not change.
+func collapseHuge(ps []unsafe.Pointer, n uintptr) {
+	const madvCollapse = 25 // MADV_COLLAPSE, not in package syscall
+	last := ^uintptr(0)
+	for _, p := range ps {
+		lo := uintptr(p) &^ (hugePageBytes - 1)
+		hi := (uintptr(p) + n + hugePageBytes - 1) &^ (hugePageBytes - 1)
+		if lo == last {
+			lo += hugePageBytes
+		}
+		if lo < hi {
+			syscall.Syscall(syscall.SYS_MADVISE, lo, hi-lo, madvCollapse)
+		}
+		last = hi - hugePageBytes
+	}
+}

@@ -19,15 +19,15 @@ func TestLargeTablesAreAdvisedForHugePages(t *testing.T) {
 		t.Skip("kernel without transparent huge pages:", err)
 	}
 	var m Map[val]
-	for k := uint64(1); uintptr(len(m.slots))*unsafe.Sizeof(m.slots[0]) < hugeAdviseBytes; k++ {
+	for k := uint64(1); uintptr(m.size)*unsafe.Sizeof(slot[val]{}) < hugeAdviseBytes; k++ {
 		m.Put(k, val{})
 	}
-	flags, err := vmFlags(uintptr(unsafe.Pointer(&m.slots[0])))
+	flags, err := vmFlags(uintptr(unsafe.Pointer(&m.segs[0][0])))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(flags, " hg") {
-		t.Fatalf("a table of %d bytes: its mapping's VmFlags are %q, no hg", uintptr(len(m.slots))*unsafe.Sizeof(m.slots[0]), flags)
+		t.Fatalf("a table of %d bytes: its mapping's VmFlags are %q, no hg", uintptr(m.size)*unsafe.Sizeof(slot[val]{}), flags)
 	}
 }
 

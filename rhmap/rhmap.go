@@ -9,7 +9,9 @@
 // tombstones). A key's home is fastrange(hash, slots), which works for any
 // number of slots: the table grows by a fifth when it is 92 % full, so it
 // always holds between 77 and 92 % of its slots (no doubling, and a rebuild
-// copies slots in home order, almost sequentially).
+// copies slots in home order, almost sequentially). The slots are held in
+// segments of segSlots, so that a rebuild writes the new table into the old
+// one's segments as it passes them instead of allocating a whole table.
 //
 // A slot holds its key's hash, not the key: the hash is a bijection, so the
 // key is recovered from it, and a probe reads each slot's home straight from
@@ -59,6 +61,15 @@ const (
 	denseFetchSlots  = 24
 	sparseFetchSlots = 8
 	cacheLineBytes   = 64
+	// segSlots is the number of slots in a segment of a table (Map), a
+	// power of two (80 KiB of the index's 20-byte slots; the last segment
+	// holds only the rest). A growth leaves about one old segment unused,
+	// so segments must be small next to a large table; a table of up to
+	// segSlots is one segment, which a probe reads as directly as a flat
+	// table (Map.seg0), as are the lookup benchmark's (docs/PERFORMANCE.md).
+	segShift = 12
+	segSlots = 1 << segShift
+	segMask  = segSlots - 1
 )
 
 // Map maps uint64 keys to values of type V. V should hold no pointers (the
@@ -67,13 +78,20 @@ const (
 //
 // Slot numbers (Find, Occupied, KeyAt, ValueAt, DeleteAt) run from 0 to
 // Slots()-1; the last one is key 0's.
+//
+// The slots are held in segments of segSlots (the last one holds the rest),
+// so that growing reuses the memory of the old table's segments as the
+// merge passes them (resize) instead of allocating a whole new table.
 type Map[V comparable] struct {
-	slots   []slot[V]
-	n       int // entries in slots
+	// The fields a lookup reads come first, in the first 48 bytes.
+	seg0    []slot[V] // segs[0], read without going through segs
+	size    int       // slots in all the segments
+	n       int       // entries in the slots
 	hasZero bool
-	zero    V // the value of key 0, when hasZero
 	sparse  bool
-	hint    *Hint // where to publish the slots, or nil
+	zero    V           // the value of key 0, when hasZero
+	hint    *Hint       // where to publish the slots, or nil
+	segs    [][]slot[V] // slot i is segs[i>>segShift][i&segMask]
 }
 
 type slot[V comparable] struct {
@@ -82,6 +100,11 @@ type slot[V comparable] struct {
 }
 
 func (s *slot[V]) hash() uint64 { return uint64(s.h0) | uint64(s.h1)<<32 }
+
+func (s *slot[V]) empty() bool { return s.h0|s.h1 == 0 }
+
+// at is slot i.
+func (m *Map[V]) at(i int) *slot[V] { return &m.segs[i>>segShift][i&segMask] }
 
 // hashMul and its inverse mod 2⁶⁴ make hash a bijection.
 const (
@@ -127,9 +150,9 @@ func (m *Map[V]) overLoad(n, slots int) bool {
 // grown is the table size after the next growth.
 func (m *Map[V]) grown() int {
 	if m.sparse {
-		return max(minSlots, len(m.slots)*sparseGrowth)
+		return max(minSlots, m.size*sparseGrowth)
 	}
-	return max(minSlots, len(m.slots)*growthNum/growthDen+1)
+	return max(minSlots, m.size*growthNum/growthDen+1)
 }
 
 // sizeFor is the size growth gives a table of n entries at the least: n over
@@ -145,15 +168,23 @@ func (m *Map[V]) sizeFor(n int) int {
 // hold the Map's lock can ask the CPU to start fetching a key's slots before
 // it takes the lock (Prefetch): a writer of keys spread over a large index
 // waits for the cache misses of each key's run, and the lock's atomic
-// instructions keep those misses from overlapping. Its fields are atomic, so
-// reading them races with nothing; a stale or mixed reading only fetches
-// useless lines (a prefetch never faults).
+// instructions keep those misses from overlapping. It holds an immutable
+// layout behind an atomic pointer, so reading it races with nothing; a
+// stale layout only fetches useless lines (a prefetch never faults).
 type Hint struct {
-	base       atomic.Uintptr
-	slots      atomic.Int64
-	slotSize   atomic.Int64
-	fetchBytes atomic.Int64 // from a key's home slot on
+	// layout points to the first of: the number of slots, the size of a
+	// slot, how many bytes to fetch from a key's home slot on, then each
+	// segment's first slot; nil while the Map has no slots. One pointer,
+	// so a reader always sees one publication whole.
+	layout atomic.Pointer[uintptr]
 }
+
+const (
+	hintSlots = iota
+	hintSlotSize
+	hintFetchBytes
+	hintSegs
+)
 
 // SetHint makes m publish its slots to h now and whenever it reallocates
 // them.
@@ -166,19 +197,21 @@ func (m *Map[V]) publish() {
 	if m.hint == nil {
 		return
 	}
-	if len(m.slots) == 0 {
-		m.hint.slots.Store(0)
+	if m.size == 0 {
+		m.hint.layout.Store(nil)
 		return
 	}
-	m.hint.base.Store(uintptr(unsafe.Pointer(&m.slots[0])))
-	size := int64(unsafe.Sizeof(m.slots[0]))
-	m.hint.slotSize.Store(size)
+	l := make([]uintptr, hintSegs+len(m.segs))
+	l[hintSlots], l[hintSlotSize] = uintptr(m.size), unsafe.Sizeof(m.segs[0][0])
 	if m.sparse {
-		m.hint.fetchBytes.Store(sparseFetchSlots * size)
+		l[hintFetchBytes] = sparseFetchSlots * l[hintSlotSize]
 	} else {
-		m.hint.fetchBytes.Store(denseFetchSlots * size)
+		l[hintFetchBytes] = denseFetchSlots * l[hintSlotSize]
 	}
-	m.hint.slots.Store(int64(len(m.slots)))
+	for i, seg := range m.segs {
+		l[hintSegs+i] = uintptr(unsafe.Pointer(unsafe.SliceData(seg)))
+	}
+	m.hint.layout.Store(&l[0])
 }
 
 // Prefetch starts loading key k's home slot and the slots after it that a
@@ -197,15 +230,18 @@ func (h *Hint) Prefetch(k uint64) {
 
 // window is the memory Prefetch fetches for key k: from the start of the
 // cache line of k's home slot to the end of the fetched slots (which may
-// pass the table's end: a prefetch never faults). It is empty while the Map
-// has no slots.
+// pass the end of the slot's segment: a prefetch never faults). It is empty
+// while the Map has no slots.
 func (h *Hint) window(k uint64) (from, to uintptr) {
-	n := h.slots.Load()
-	if n == 0 {
+	p := h.layout.Load()
+	if p == nil {
 		return 0, 0
 	}
-	a := h.base.Load() + uintptr(home(hash(k), int(n)))*uintptr(h.slotSize.Load())
-	return a &^ (cacheLineBytes - 1), a + uintptr(h.fetchBytes.Load())
+	n := int(*p)
+	l := unsafe.Slice(p, hintSegs+(n+segMask)>>segShift)
+	i := home(hash(k), n)
+	a := l[hintSegs+i>>segShift] + uintptr(i&segMask)*l[hintSlotSize]
+	return a &^ (cacheLineBytes - 1), a + l[hintFetchBytes]
 }
 
 // Len is the number of entries held.
@@ -217,14 +253,14 @@ func (m *Map[V]) Len() int {
 }
 
 // Slots is the bound of slot numbers: the table's size plus one, key 0's.
-func (m *Map[V]) Slots() int { return len(m.slots) + 1 }
+func (m *Map[V]) Slots() int { return m.size + 1 }
 
 // Occupied reports whether slot i holds an entry.
 func (m *Map[V]) Occupied(i int) bool {
-	if i == len(m.slots) {
+	if i == m.size {
 		return m.hasZero
 	}
-	return m.slots[i].h0|m.slots[i].h1 != 0
+	return !m.at(i).empty()
 }
 
 // Next is the first occupied slot at or after slot i and its value, or
@@ -236,40 +272,43 @@ func (m *Map[V]) Occupied(i int) bool {
 // again (DeleteAt). The pointer is good until the next Put, Upsert, Delete,
 // DeleteAt or Shrink.
 func (m *Map[V]) Next(i int) (int, *V) {
-	sl := m.slots
-	for ; i < len(sl); i++ {
-		if s := &sl[i]; s.h0 != 0 || s.h1 != 0 { // one read for most slots
-			return i, &s.v
+	for i < m.size {
+		seg, base := m.segs[i>>segShift], i&^segMask
+		for j := i - base; j < len(seg); j++ {
+			if s := &seg[j]; s.h0 != 0 || s.h1 != 0 { // one read for most slots
+				return base + j, &s.v
+			}
 		}
+		i = base + len(seg)
 	}
-	if i == len(sl) && m.hasZero {
+	if i == m.size && m.hasZero {
 		return i, &m.zero
 	}
-	return len(sl) + 1, nil
+	return m.size + 1, nil
 }
 
 // KeyAt is the key in slot i, which must be occupied.
 func (m *Map[V]) KeyAt(i int) uint64 {
-	if i == len(m.slots) {
+	if i == m.size {
 		return 0
 	}
-	return unhash(m.slots[i].hash())
+	return unhash(m.at(i).hash())
 }
 
 // ValueAt is the value in slot i, which must be occupied. The pointer is
 // good until the next Put, Upsert, Delete, DeleteAt or Shrink.
 func (m *Map[V]) ValueAt(i int) *V {
-	if i == len(m.slots) {
+	if i == m.size {
 		return &m.zero
 	}
-	return &m.slots[i].v
+	return &m.at(i).v
 }
 
-// dist is how far slot i's (present) key sits from its home.
-func (m *Map[V]) dist(i int) int {
-	d := i - home(m.slots[i].hash(), len(m.slots))
+// dist is how far a key of hash h in slot i sits from its home.
+func (m *Map[V]) dist(i int, h uint64) int {
+	d := i - home(h, m.size)
 	if d < 0 {
-		d += len(m.slots)
+		d += m.size
 	}
 	return d
 }
@@ -278,14 +317,14 @@ func (m *Map[V]) dist(i int) int {
 func (m *Map[V]) Find(k uint64) int {
 	if k == 0 {
 		if m.hasZero {
-			return len(m.slots)
+			return m.size
 		}
 		return -1
 	}
 	if m.n == 0 {
 		return -1
 	}
-	if i, ok := m.probe(hash(k)); ok {
+	if i, _, ok := m.probe(hash(k)); ok {
 		return i
 	}
 	return -1
@@ -293,8 +332,12 @@ func (m *Map[V]) Find(k uint64) int {
 
 // Get returns k's value.
 func (m *Map[V]) Get(k uint64) (V, bool) {
-	if i := m.Find(k); i >= 0 {
-		return *m.ValueAt(i), true
+	if k != 0 && m.n != 0 {
+		if s := m.lookup(hash(k)); s != nil {
+			return s.v, true
+		}
+	} else if k == 0 && m.hasZero {
+		return m.zero, true
 	}
 	var zero V
 	return zero, false
@@ -309,32 +352,70 @@ func (m *Map[V]) Get(k uint64) (V, bool) {
 // keys of smaller hashes before reaching h's place, so that test (a
 // multiply) is needed only at a key of a greater hash (where the walk
 // ends, unless the key is one wrapped from the top slots) and, once the walk
-// has wrapped, at every key. The table must have a free slot.
-func (m *Map[V]) probe(h uint64) (int, bool) {
-	n := len(m.slots)
+// has wrapped, at every key. The table must have a free slot. The slot is
+// also returned by address (segments do not move until the next resize).
+func (m *Map[V]) probe(h uint64) (int, *slot[V], bool) {
+	n := m.size
 	i := home(h, n)
+	seg, base, j := m.seg0, i&^segMask, i&segMask
+	if i >= len(seg) {
+		seg = m.segs[i>>segShift]
+	}
 	wrapped := false
 	for d := 0; ; d++ {
-		s := m.slots[i].hash()
+		p := &seg[j]
+		s := p.hash()
 		if s == h {
-			return i, true
+			return base + j, p, true
 		}
 		if s == 0 {
-			return i, false
+			return base + j, p, false
 		}
 		if s > h || wrapped {
-			sd := i - home(s, n)
+			sd := base + j - home(s, n)
 			if sd < 0 {
 				sd += n
 			}
 			if sd < d || sd == d && s > h {
-				return i, false // h would sit before this key: it is not here
+				return base + j, p, false // h would sit before this key: it is not here
 			}
 		}
-		if i++; i == n {
-			i, wrapped = 0, true
+		if j++; j == len(seg) {
+			if base += j; base == n {
+				base, wrapped = 0, true
+			}
+			seg, j = m.segs[base>>segShift], 0
 		}
 	}
+}
+
+// lookup is probe for Get: the slot of hash h, or nil. A walk that stays
+// in the first segment (all of a table of up to segSlots) runs as on one
+// flat array and cannot have wrapped; others go to probe.
+func (m *Map[V]) lookup(h uint64) *slot[V] {
+	n, seg := m.size, m.seg0
+	for i, d := home(h, n), 0; i < len(seg); i, d = i+1, d+1 {
+		s := seg[i].hash()
+		if s == h {
+			return &seg[i]
+		}
+		if s == 0 {
+			return nil
+		}
+		if s > h {
+			sd := i - home(s, n)
+			if sd < 0 {
+				sd += n
+			}
+			if sd <= d { // and s > h
+				return nil // h would sit before this key: it is not here
+			}
+		}
+	}
+	if _, p, ok := m.probe(h); ok {
+		return p
+	}
+	return nil
 }
 
 // Put stores v under k, replacing any value.
@@ -354,37 +435,86 @@ func (m *Map[V]) Upsert(k uint64) (*V, bool) {
 		}
 		return &m.zero, ok
 	}
-	if m.overLoad(m.n+1, len(m.slots)) {
+	if m.overLoad(m.n+1, m.size) {
 		m.resize(m.grown())
 	}
 	h := hash(k)
-	i, ok := m.probe(h)
+	i, p, ok := m.probe(h)
 	if !ok {
 		m.insertAt(i, h)
 	}
-	return &m.slots[i].v, ok
+	return &p.v, ok
 }
 
 // insertAt adds hash h, absent, with the zero value in slot i as probe
 // returned it: the rest of the run moves one slot on.
 func (m *Map[V]) insertAt(i int, h uint64) {
-	n := len(m.slots)
+	// Most runs end in the segment they start in: shift them there.
+	seg, o := m.segs[i>>segShift], i&segMask
+	for j := o; j < len(seg); j++ {
+		if seg[j].empty() {
+			copy(seg[o+1:j+1], seg[o:j])
+			seg[o] = slot[V]{h0: uint32(h), h1: uint32(h >> 32)}
+			m.n++
+			return
+		}
+	}
+	m.insertAcross(i, h)
+}
+
+// insertAcross is insertAt where the run passes the end of slot i's segment.
+func (m *Map[V]) insertAcross(i int, h uint64) {
+	n := m.size
 	j := i
-	for m.slots[j].h0|m.slots[j].h1 != 0 {
-		if j++; j == n {
-			j = 0
+	seg, o := m.segs[j>>segShift], j&segMask
+	for !seg[o].empty() {
+		j++
+		if o++; o == len(seg) {
+			if j == n {
+				j = 0
+			}
+			seg, o = m.segs[j>>segShift], 0
 		}
 	}
 	// Shift slots i..j-1 (circular) one on, into the empty slot j.
 	if j >= i {
-		copy(m.slots[i+1:j+1], m.slots[i:j])
+		m.shiftOn(i, j)
 	} else {
-		copy(m.slots[1:j+1], m.slots[:j])
-		m.slots[0] = m.slots[n-1]
-		copy(m.slots[i+1:], m.slots[i:n-1])
+		m.shiftOn(0, j)
+		*m.at(0) = *m.at(n - 1)
+		m.shiftOn(i, n-1)
 	}
-	m.slots[i] = slot[V]{h0: uint32(h), h1: uint32(h >> 32)}
+	*m.at(i) = slot[V]{h0: uint32(h), h1: uint32(h >> 32)}
 	m.n++
+}
+
+// shiftOn moves slots i..j-1 to i+1..j (i <= j).
+func (m *Map[V]) shiftOn(i, j int) {
+	for j > i {
+		seg, base := m.segs[j>>segShift], j&^segMask
+		if i >= base {
+			copy(seg[i-base+1:j-base+1], seg[i-base:j-base])
+			return
+		}
+		copy(seg[1:j-base+1], seg[:j-base])
+		seg[0] = *m.at(base - 1)
+		j = base - 1
+	}
+}
+
+// shiftBack moves slots i+1..j to i..j-1 (i <= j).
+func (m *Map[V]) shiftBack(i, j int) {
+	for i < j {
+		seg, base := m.segs[i>>segShift], i&^segMask
+		if j < base+len(seg) {
+			copy(seg[i-base:j-base], seg[i-base+1:j-base+1])
+			return
+		}
+		end := base + len(seg) - 1 // the segment's last slot
+		copy(seg[i-base:end-base], seg[i-base+1:])
+		seg[end-base] = *m.at(end + 1)
+		i = end + 1
+	}
 }
 
 // DeleteAt removes the entry in slot i: the keys after it in its run that
@@ -392,33 +522,51 @@ func (m *Map[V]) insertAt(i int, h uint64) {
 // of the run, or is empty; a walk over the slots deleting as it goes stays
 // at i.
 func (m *Map[V]) DeleteAt(i int) {
-	n := len(m.slots)
+	n := m.size
 	if i == n {
 		m.hasZero, m.zero = false, *new(V)
 		return
 	}
 	// The run to move back ends before the first slot that is empty or
-	// holds a key at its home.
-	j := i + 1
-	for ; ; j++ {
-		if j == n {
-			j = 0
+	// holds a key at its home. Most runs end in slot i's segment.
+	seg, o := m.segs[i>>segShift], i&segMask
+	for j := o + 1; j < len(seg); j++ {
+		if s := &seg[j]; s.empty() || m.dist(i-o+j, s.hash()) == 0 {
+			copy(seg[o:j-1], seg[o+1:j])
+			seg[j-1] = slot[V]{}
+			m.n--
+			return
 		}
-		if s := &m.slots[j]; s.h0|s.h1 == 0 || m.dist(j) == 0 {
+	}
+	j := i + 1
+	if j == n {
+		j = 0
+	}
+	seg, o = m.segs[j>>segShift], j&segMask
+	for {
+		s := &seg[o]
+		if s.empty() || m.dist(j, s.hash()) == 0 {
 			break
+		}
+		j++
+		if o++; o == len(seg) {
+			if j == n {
+				j = 0
+			}
+			seg, o = m.segs[j>>segShift], 0
 		}
 	}
 	if j > i {
-		copy(m.slots[i:j-1], m.slots[i+1:j])
-		m.slots[j-1] = slot[V]{}
+		m.shiftBack(i, j-1)
+		*m.at(j - 1) = slot[V]{}
 	} else { // the run wraps: i+1..n-1, then 0..j-1
-		copy(m.slots[i:n-1], m.slots[i+1:])
+		m.shiftBack(i, n-1)
 		if j == 0 {
-			m.slots[n-1] = slot[V]{}
+			*m.at(n - 1) = slot[V]{}
 		} else {
-			m.slots[n-1] = m.slots[0]
-			copy(m.slots[:j-1], m.slots[1:j])
-			m.slots[j-1] = slot[V]{}
+			*m.at(n - 1) = *m.at(0)
+			m.shiftBack(0, j-1)
+			*m.at(j - 1) = slot[V]{}
 		}
 	}
 	m.n--
@@ -437,7 +585,7 @@ func (m *Map[V]) Delete(k uint64) bool {
 // the size growth would have given it, so its memory goes back to the
 // runtime, and reports whether it did.
 func (m *Map[V]) Shrink() bool {
-	if len(m.slots) < shrinkMinSlots || m.n*4 >= len(m.slots) {
+	if m.size < shrinkMinSlots || m.n*4 >= m.size {
 		return false
 	}
 	m.resize(m.sizeFor(m.n))
@@ -449,68 +597,211 @@ func (m *Map[V]) Shrink() bool {
 // too: each key goes at its home or just after the key placed before it, a
 // sequential merge. Only where that place is taken (the last run wrapping
 // onto the first) does it fall back to probing.
+//
+// The merge reads the old table's segments in order and writes the new
+// one's in order, every slot once (an entry or zero); each old segment it
+// has read to the end goes on a free list, and the new table takes its full
+// segments from that list before it allocates. Growing by a fifth, the
+// writes run about a fifth ahead of the reads, so a growth allocates about
+// a fifth of the table and the old table leaves about one segment of
+// garbage (docs/PERFORMANCE.md).
 func (m *Map[V]) resize(slots int) {
-	old := m.slots
-	m.slots, m.n = make([]slot[V], slots), 0
-	if size := uintptr(slots) * unsafe.Sizeof(m.slots[0]); size >= hugeAdviseBytes {
-		adviseHuge(unsafe.Pointer(unsafe.SliceData(m.slots)), size) // before the slots are first written
-	}
+	old, oldSize := m.segs, m.size
+	m.segs, m.size, m.n = make([][]slot[V], (slots+segMask)>>segShift), slots, 0
 	defer m.publish()
+	g := merger[V]{m: m, slots: slots, prev: -1, slotBytes: unsafe.Sizeof(slot[V]{})}
+	// A table of hugeAdviseBytes or more has its new segments advised for
+	// huge pages before their first write. The growth that brings a table
+	// there reuses none of the old segments (written on base pages, they
+	// would stay on them), so from then on every segment is advised.
+	g.advise = uintptr(slots)*g.slotBytes >= hugeAdviseBytes
+	g.reuse = !g.advise || uintptr(oldSize)*g.slotBytes >= hugeAdviseBytes
 	start := 0
-	for start < len(old) && old[start].h0|old[start].h1 != 0 {
+	for start < oldSize && !old[start>>segShift][start&segMask].empty() {
 		start++
 	}
-	// next: the unwrapped slot after the last key placed; wrapped: slots
-	// once hash order has passed the top and homes start again at 0.
-	next, wrapped, prev := 0, 0, -1
-	var fallback []int // old slots left for probing
-	for _, r := range [2][2]int{{start, len(old)}, {0, start}} {
-		for o := r[0]; o < r[1]; o++ {
-			h := old[o].hash()
-			if h == 0 {
-				continue
+	// The slots before start (the end of the last run, wrapped) are merged
+	// last: keep them aside so that their segments can be reused.
+	var tail []slot[V]
+	for i := range start {
+		tail = append(tail, old[i>>segShift][i&segMask])
+	}
+	for k := range start >> segShift {
+		g.release(old, k)
+	}
+	for k := start >> segShift; k < len(old); k++ {
+		seg := old[k]
+		for o := max(start-k<<segShift, 0); o < len(seg); o++ {
+			var n int
+			o, g.next, g.prev, n = mergeRun(g.wseg, seg, g.wbase, o, g.next, g.prev, slots)
+			m.n += n
+			g.filled = min(g.next, slots)
+			if o < len(seg) {
+				g.place(&seg[o])
 			}
-			if fallback != nil {
-				fallback = append(fallback, o)
-				continue
-			}
-			hm := home(h, slots) + wrapped
-			if hm < prev {
-				wrapped = slots
-				hm += slots
-			}
-			prev = hm
-			i := max(hm, next)
-			next = i + 1
-			if i >= slots {
-				i -= slots
-			}
-			if i >= slots || m.slots[i].h0|m.slots[i].h1 != 0 {
-				fallback = append(fallback, o) // the last run reached the first
-				continue
-			}
-			m.slots[i] = old[o]
-			m.n++
 		}
+		g.release(old, k)
 	}
-	for _, o := range fallback {
-		i, _ := m.probe(old[o].hash())
-		m.insertAt(i, old[o].hash())
-		m.slots[i].v = old[o].v
+	for i := range tail {
+		g.place(&tail[i])
 	}
+	g.fillTo(slots)
+	collapseHuge(g.fresh, segSlots*g.slotBytes)
+	m.seg0 = m.segs[0]
+	for _, s := range g.fallback {
+		i, p, _ := m.probe(s.hash())
+		m.insertAt(i, s.hash())
+		p.v = s.v
+	}
+}
+
+// mergeRun is resize's common case: it moves the entries of src from slot
+// o on into dst, the new table's segment from slot dbase on, each at its
+// home or just after the entry placed before it (next), zeroing the slots
+// it passes, and returns where it stopped: at the end of src, or at an
+// entry whose place is out of dst or whose home is below the one before it
+// (prev; hash order wrapped past the top), which it leaves to
+// merger.place.
+func mergeRun[V comparable](dst, src []slot[V], dbase, o, next, prev, slots int) (int, int, int, int) {
+	n, dend := 0, dbase+len(dst)
+	for ; o < len(src); o++ {
+		h := src[o].hash()
+		if h == 0 {
+			continue
+		}
+		hm := home(h, slots)
+		i := max(hm, next)
+		if hm < prev || i >= dend {
+			break
+		}
+		for ; next < i; next++ {
+			dst[next-dbase] = slot[V]{}
+		}
+		dst[i-dbase] = src[o]
+		next, prev = i+1, hm
+		n++
+	}
+	return o, next, prev, n
+}
+
+// merger is resize's state between the keys it places out of the common
+// case: at a new segment, where hash order wraps past the top, and in the
+// fallback.
+type merger[V comparable] struct {
+	m         *Map[V]
+	slots     int
+	free      [][]slot[V] // old segments read to the end
+	slotBytes uintptr
+	advise    bool // advise new segments for huge pages
+	reuse     bool // put old segments on the free list
+	// fresh lists the new segments advised for huge pages, to collapse
+	// onto huge pages once written (collapseHuge).
+	fresh []unsafe.Pointer
+	// The new slots before filled are written (an entry or zero); wseg is
+	// the segment being written, from slot wbase on.
+	filled, wbase int
+	wseg          []slot[V]
+	// next: the unwrapped slot after the last key placed; wrapped: slots
+	// once hash order has passed the top and homes start again at 0; prev:
+	// the last key's home (plus wrapped).
+	next, wrapped, prev int
+	fallback            []slot[V] // entries left for probing
+}
+
+// release puts old segment k, read to the end, on the free list.
+func (g *merger[V]) release(old [][]slot[V], k int) {
+	if len(old[k]) == segSlots && g.reuse {
+		g.free = append(g.free, old[k])
+	}
+	old[k] = nil
+}
+
+// nextSeg makes the segment from slot filled on the one being written: a
+// segment off the free list or, for the last (shorter) one or when the list
+// is empty, a new one.
+func (g *merger[V]) nextSeg() {
+	q := g.filled >> segShift
+	size := min(segSlots, g.slots-g.filled)
+	reused := size == segSlots && len(g.free) > 0
+	if reused {
+		g.m.segs[q], g.free = g.free[len(g.free)-1], g.free[:len(g.free)-1]
+	} else {
+		g.m.segs[q] = make([]slot[V], size)
+	}
+	if !reused && g.advise {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(g.m.segs[q])), uintptr(size)*g.slotBytes)
+		g.fresh = append(g.fresh, unsafe.Pointer(unsafe.SliceData(g.m.segs[q])))
+	}
+	g.wseg, g.wbase = g.m.segs[q], g.filled
+}
+
+// fillTo zeroes the new slots from filled to i (i <= slots).
+func (g *merger[V]) fillTo(i int) {
+	for g.filled < i {
+		if g.filled == g.wbase+len(g.wseg) {
+			g.nextSeg()
+		}
+		end := min(i, g.wbase+len(g.wseg))
+		clear(g.wseg[g.filled-g.wbase : end-g.wbase])
+		g.filled = end
+	}
+}
+
+// place puts the entry of s, the next in hash order, in the new table.
+func (g *merger[V]) place(s *slot[V]) {
+	if g.fallback != nil {
+		g.fallback = append(g.fallback, *s)
+		return
+	}
+	hm := home(s.hash(), g.slots) + g.wrapped
+	if hm < g.prev {
+		g.wrapped = g.slots
+		hm += g.slots
+	}
+	g.prev = hm
+	i := max(hm, g.next)
+	g.next = i + 1
+	if i < g.slots {
+		g.fillTo(i)
+		if g.filled == g.wbase+len(g.wseg) {
+			g.nextSeg()
+		}
+		g.wseg[i-g.wbase] = *s
+		g.filled = i + 1
+		g.m.n++
+		return
+	}
+	g.fillTo(g.slots)
+	if i -= g.slots; i >= g.slots || !g.m.at(i).empty() {
+		g.fallback = append(g.fallback, *s) // the last run reached the first
+		return
+	}
+	*g.m.at(i) = *s
+	g.m.n++
 }
 
 // Check verifies the table's invariants: the count agrees with the occupied
 // slots, each run is in Robin Hood order (a key sits no further from its home
 // than the key before it, plus one; keys of one home are in hash order),
-// every key is found where it is, empty slots are zero, and the fill is
-// within the limit. For tests.
+// every key is found where it is, empty slots are zero, every segment but
+// the last holds segSlots slots, and the fill is within the limit. For
+// tests.
 func (m *Map[V]) Check() error {
-	n, seen := len(m.slots), 0
+	n, seen := m.size, 0
+	total := 0
+	for q, seg := range m.segs {
+		if q < len(m.segs)-1 && len(seg) != segSlots || len(seg) == 0 {
+			return fmt.Errorf("segment %d of %d holds %d slots", q, len(m.segs), len(seg))
+		}
+		total += len(seg)
+	}
+	if total != n {
+		return fmt.Errorf("segments hold %d slots, size %d", total, n)
+	}
 	for i := range n {
 		if !m.Occupied(i) {
-			if m.slots[i] != (slot[V]{}) {
-				return fmt.Errorf("empty slot %d holds %+v", i, m.slots[i])
+			if *m.at(i) != (slot[V]{}) {
+				return fmt.Errorf("empty slot %d holds %+v", i, *m.at(i))
 			}
 			continue
 		}
@@ -519,11 +810,11 @@ func (m *Map[V]) Check() error {
 		if prev < 0 {
 			prev = n - 1
 		}
-		d := m.dist(i)
-		if !m.Occupied(prev) && d != 0 || m.Occupied(prev) && d > m.dist(prev)+1 {
-			return fmt.Errorf("slot %d of %d: key %x sits %d from home after an empty slot or one %d from its own", i, n, m.KeyAt(i), d, m.dist(prev))
+		d := m.dist(i, m.at(i).hash())
+		if !m.Occupied(prev) && d != 0 || m.Occupied(prev) && d > m.dist(prev, m.at(prev).hash())+1 {
+			return fmt.Errorf("slot %d of %d: key %x sits %d from home after an empty slot or one %d from its own", i, n, m.KeyAt(i), d, m.dist(prev, m.at(prev).hash()))
 		}
-		if ph, h := m.slots[prev].hash(), m.slots[i].hash(); m.Occupied(prev) && d > 0 && home(ph, n) == home(h, n) && ph > h {
+		if ph, h := m.at(prev).hash(), m.at(i).hash(); m.Occupied(prev) && d > 0 && home(ph, n) == home(h, n) && ph > h {
 			return fmt.Errorf("slots %d and %d: keys of one home out of hash order", prev, i)
 		}
 		if j := m.Find(m.KeyAt(i)); j != i {
