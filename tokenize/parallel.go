@@ -5,13 +5,16 @@ import (
 	"sync/atomic"
 )
 
-// A segment of at least parallelMinWords words (~4k tokens of prose) is
-// encoded in chunks of parallelChunkWords words that one helper goroutine
-// takes from the same counter as the caller, when fewer than GOMAXPROCS-1
-// helpers run. Words are independent once pre-tokenized, so the ids do not
-// depend on who encoded which chunk.
+// A segment of at least parallelMinWords words (~16k tokens of made-up
+// words, ~5k of English) is encoded in chunks of parallelChunkWords words
+// that one helper goroutine takes from the same counter as the caller, when
+// fewer than GOMAXPROCS-1 helpers run. Words are independent once
+// pre-tokenized, so the ids do not depend on who encoded which chunk. At
+// 2,000 words (Decide_Chat8kCold) a helper cost more than it saved on the
+// 2-vCPU VM of docs/PERFORMANCE.md (stop 27): waking it and running two
+// threads at once took ~40 % more CPU and no less time.
 const (
-	parallelMinWords   = 1024
+	parallelMinWords   = 4096
 	parallelChunkWords = 256
 )
 
