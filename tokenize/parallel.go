@@ -12,7 +12,7 @@ import (
 // pre-tokenized, so the ids do not depend on who encoded which chunk. At
 // 2,000 words (Decide_Chat8kCold) a helper cost more than it saved on the
 // 2-vCPU VM of docs/PERFORMANCE.md (stop 27): waking it and running two
-// threads at once took ~40 % more CPU and no less time.
+// threads at once took ~50 % more CPU and no less time.
 const (
 	parallelMinWords   = 4096
 	parallelChunkWords = 256
