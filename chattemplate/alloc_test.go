@@ -2,10 +2,11 @@ package chattemplate
 
 import (
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/testdata"
 )
 
 // The render's allocation-saving paths: each test states what the fast path
@@ -245,7 +246,7 @@ func TestMessagesPassedOnAsSentEqualRebuiltOnes(t *testing.T) {
 // saving its allocations fails here. Not under -race, whose sync.Pool
 // drops pooled buffers at random.
 func TestAppendChatAllocations(t *testing.T) {
-	if raceEnabled() {
+	if testdata.RaceEnabled() {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	templates, _, _ := loadConformance(t)
@@ -266,20 +267,6 @@ func TestAppendChatAllocations(t *testing.T) {
 		t.Errorf("%.1f allocations a render, want at most %d", allocs, max)
 	}
 	t.Logf("%.1f allocations a render", allocs)
-}
-
-// raceEnabled reports whether the test binary was built with -race.
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
 }
 
 // TestStartswithTakesAStringOrATuple: one prefix is kept in the caller's

@@ -2,7 +2,6 @@ package tokenize
 
 import (
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"testing"
@@ -54,20 +53,6 @@ func loadTokenizer(tb testing.TB, name string, raw bool) *Tokenizer {
 	}
 	loaded[key] = &t
 	return &t
-}
-
-// raceEnabled reports whether the test binary was built with -race.
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
 }
 
 func readGolden(tb testing.TB, name string) []goldenCase { return testdata.TokenizerGolden(tb, name) }

@@ -109,7 +109,7 @@ func TestCharacterClassesEqualRegexp2(t *testing.T) {
 	// Every code point; under -race (where this takes minutes) every
 	// ASCII one and every 7th above — the default run covers them all.
 	step := rune(1)
-	if raceEnabled() {
+	if testdata.RaceEnabled() {
 		step = 7
 	}
 	var all []rune

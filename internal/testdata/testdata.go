@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"testing"
 )
@@ -158,4 +159,19 @@ func Unicode16Dir(tb testing.TB) string {
 		Missing(tb, "Unicode 16.0.0 data missing at %s: %s", dir, fetchHint)
 	}
 	return dir
+}
+
+// RaceEnabled reports whether the test binary was built with -race (tests
+// that count allocations or time a path skip or loosen under it).
+func RaceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
 }
