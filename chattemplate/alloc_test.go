@@ -244,7 +244,7 @@ func TestMessagesPassedOnAsSentEqualRebuiltOnes(t *testing.T) {
 // TestAppendChatAllocations bounds the allocations of rendering a two-turn
 // chat with Qwen3's template (a fleet's common case): a path that stops
 // saving its allocations fails here. Not under -race, whose sync.Pool
-// drops pooled buffers at random.
+// drops pooled buffers at random: make test runs it a second time without.
 func TestAppendChatAllocations(t *testing.T) {
 	if testdata.RaceEnabled() {
 		t.Skip("allocation counts differ under the race detector")
