@@ -37,7 +37,8 @@ type wordCache struct {
 
 // doorBitsLog is the log2 of a doorkeeper's bits: 16,384 bits (2 KiB) a
 // shard, cleared after 2*shardWords first sightings, so at most ~22 % of
-// its bits are set and as many once-seen words are let in as before.
+// its bits are set, and at most ~22 % of words seen once get in on a bit
+// another word set.
 const doorBitsLog = 14
 
 // doorkeeper is a shard's admission filter (TinyLFU's doorkeeper): a bit
@@ -117,10 +118,17 @@ func newWordCache() *wordCache {
 // hash is the hash of w that appendGet and put take.
 func (c *wordCache) hash(w string) uint64 { return maphash.String(c.seed, w) }
 
+// shardOf is the shard of a word's hash: h's low bits; the rest, h /
+// cacheShards, picks its home slot.
+func shardOf(h uint64) uint64 { return h % cacheShards }
+
 // locate returns the shard, home slot hash and tag of a word's hash.
 func (c *wordCache) locate(h uint64) (*cacheShard, uint64, uint32) {
-	return &c.shards[h%cacheShards], h / cacheShards, uint32(h>>32) | 1
+	return &c.shards[shardOf(h)], h / cacheShards, uint32(h>>32) | 1
 }
+
+// door returns the doorkeeper of h's shard.
+func (c *wordCache) door(h uint64) *doorkeeper { return &c.doors[shardOf(h)] }
 
 // find returns the slot holding w, or the empty slot where w would go.
 func (s *cacheShard) find(w string, h uint64, tag uint32) (int, bool) {
@@ -143,7 +151,7 @@ func (s *cacheShard) find(w string, h uint64, tag uint32) (int, bool) {
 // h, ahead of its lookup. It takes no lock: a table replaced meanwhile only
 // makes it fetch a useless line.
 func (c *wordCache) prefetch(h uint64) {
-	w, _ := c.doors[h%cacheShards].doorBit(h)
+	w, _ := c.door(h).doorBit(h)
 	prefetch.Line(uintptr(unsafe.Pointer(w)))
 	s, h, _ := c.locate(h)
 	if base := s.base.Load(); base != 0 {
@@ -158,7 +166,7 @@ func (c *wordCache) prefetch(h uint64) {
 // miss costs one lock and one probe, and the CPU runs the merge while the
 // probe's slot is still being loaded.
 func (c *wordCache) appendGetOrMerge(dst []int, w string, h uint64, b *bpeModel, st *scratch) []int {
-	if !c.doors[h%cacheShards].admit(h, int32(2*c.shardWords)) {
+	if !c.door(h).admit(h, int32(2*c.shardWords)) {
 		return b.merge(dst, w, st)
 	}
 	s, h, tag := c.locate(h)
