@@ -43,8 +43,8 @@ kube-apiserver:
 	@scripts/kube-apiserver.sh
 
 # test runs lint, fetches the test data, builds the test API server, then every test with -race (and, without -race, the every-code-point
-# class test that -race samples and the render allocation bound that -race
-# skips, its pools dropping buffers at random) through scripts/testsummary: go test's usual
+# class test that -race samples, and the render allocation bound, left out of
+# the -race run, whose pools drop buffers at random) through scripts/testsummary: go test's usual
 # lines, the full output of failures, then every skipped test with its
 # reason and a final ok/FAIL line. A test whose fetched data is missing
 # skips outside CI and fails under CI=true (.ci/run). The exit status is go
@@ -53,7 +53,7 @@ test: lint testdata kube-apiserver
 	@mkdir -p .cache/bin && $(GO) build -o .cache/bin/testsummary ./scripts/testsummary
 	@set -o pipefail; { \
 		status=0; \
-		$(GO) test -json -race -count=1 -timeout 20m $(PKGS) || status=$$?; \
+		$(GO) test -json -race -count=1 -timeout 20m -skip '^TestAppendChatAllocations$$' $(PKGS) || status=$$?; \
 		$(GO) test -json -count=1 -run '^(TestCharacterClassesEqualRegexp2|TestAppendChatAllocations)$$' ./tokenize ./chattemplate || status=$$?; \
 		exit $$status; \
 	} 2>&1 | .cache/bin/testsummary
