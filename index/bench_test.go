@@ -38,6 +38,40 @@ func BenchmarkLookupRoute_256Blocks_64Replicas(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/256, "ns/block")
 }
 
+// BenchmarkLookupRoute_2kChat is the lookup of a routing decision for a
+// 2k-token chat request, as extproc's decision benchmarks make it: 128
+// block keys, the first 94 (a shared system prompt) held by replica 3 and,
+// speculatively, by the replicas earlier requests went to; the last 34 (a
+// new user turn) held by nobody. Each request is then held speculatively on
+// a replica (outside the timer), so the tables grow through the run as in
+// those benchmarks: compare runs of one fixed count (-benchtime Nx).
+func BenchmarkLookupRoute_2kChat(b *testing.B) {
+	const shared = 94
+	f := newFixture(b, 8, Options{MaxEntries: 1 << 30, SpeculativeTTL: time.Hour})
+	rng := rand.New(rand.NewPCG(11, 12))
+	keys := make([]BlockKey, 128)
+	for i := range keys {
+		keys[i] = BlockKey(rng.Uint64())
+	}
+	f.ix.Store(f.r[3], keys[:shared], TierGPU)
+	dst := make([]Match, 0, MaxReplicas)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		for j := shared; j < len(keys); j++ {
+			keys[j] = BlockKey(rng.Uint64())
+		}
+		b.StartTimer()
+		dst = f.ix.LookupRoute(f.pool, keys, dst)
+		b.StopTimer()
+		if len(dst) == 0 || dst[0].Blocks != shared {
+			b.Fatalf("lookup = %+v, want runs of %d blocks", dst, shared)
+		}
+		f.ix.StoreSpeculative(f.r[i%8], keys)
+		b.StartTimer()
+	}
+}
+
 // BenchmarkStoreBlocks measures ingest of block stores on one goroutine:
 // BlockStored events of 16 new blocks each, as vLLM emits per scheduler step.
 func BenchmarkStoreBlocks(b *testing.B) {

@@ -17,23 +17,26 @@ type Match struct {
 	Weighted float64
 }
 
-// Lookup batches: LookupRoute reads the holders of firstLookupBatch keys,
-// then of twice as many at each step up to maxLookupBatch, locking each shard
-// once per batch for all of the batch's keys it holds. A lock and unlock are
-// two atomic read-modify-writes, each a full memory barrier, and were about
-// 40 % of a lookup's time with a lock per key (docs/PERFORMANCE.md); a
-// batch of 128 keys meets about 56 of the 64 shards. Batches start small so
-// that a prompt with no cached prefix reads few keys past its first.
+// Lookup batches: LookupRoute locks the shards of firstLookupBatch keys,
+// reads those keys' holders in order, then does the same for twice as many
+// keys at each step up to maxLookupBatch. A lock and unlock are two atomic
+// read-modify-writes, each a full memory barrier, and were about 40 % of a
+// lookup's time with a lock per key (docs/PERFORMANCE.md); a batch of 128
+// keys meets about 56 of the 64 shards. Batches start small so that a
+// prompt with no cached prefix locks few shards. Within a batch the walk
+// stops at the first block no remaining replica holds: reading each shard's
+// keys together instead (one lock at a time) read on to the batch's end,
+// about a third of a typical walk's keys, each a cache miss in a large
+// index (a decision's user turn).
 const (
 	firstLookupBatch = 8
-	maxLookupBatch   = 128 // below noKey: batch positions fit a uint8
+	maxLookupBatch   = 128
 )
 
 // LookupRoute returns, for every replica of pool that holds keys[0], the
 // length of its contiguous run of keys from block 0. It appends to dst[:0]
 // and allocates nothing when dst has room for the pool's replicas. The walk
-// stops at the first block no remaining replica holds; it reads keys in
-// batches (firstLookupBatch), so it may have read a few past that block.
+// stops at the first block no remaining replica holds.
 func (ix *Index) LookupRoute(pool PoolID, keys []BlockKey, dst []Match) []Match {
 	dst = dst[:0]
 	p := ix.pool(pool)
@@ -46,31 +49,34 @@ func (ix *Index) LookupRoute(pool PoolID, keys []BlockKey, dst []Match) []Match 
 	var cpuOnly [MaxReplicas]int32 // CPU-only blocks within the run
 	var active uint64
 	n := 0
-	var held, cpu [maxLookupBatch]uint64
-walk:
 	for from, size := 0, firstLookupBatch; from < len(keys); from, size = from+size, min(2*size, maxLookupBatch) {
 		batch := keys[from:min(from+size, len(keys))]
-		p.holders(batch, now, ix.ttlTicks, held[:len(batch)], cpu[:len(batch)])
-		for j := range batch {
+		locked := p.lockShards(batch)
+		for j, k := range batch {
+			held, cpu := p.shardOf(k).holdersLocked(k, now, ix.ttlTicks)
 			i := from + j
 			if i == 0 {
-				active = held[j]
+				active = held
 			}
-			if out := active &^ held[j]; out != 0 {
+			if out := active &^ held; out != 0 {
 				for s := out; s != 0; s &= s - 1 {
 					runEnd[bits.TrailingZeros64(s)] = int32(i)
 				}
-				active &= held[j]
+				active &= held
 			}
 			if active == 0 {
-				break walk
+				break
 			}
 			n = i + 1
-			if c := cpu[j] & active; c != 0 {
+			if c := cpu & active; c != 0 {
 				for s := c; s != 0; s &= s - 1 {
 					cpuOnly[bits.TrailingZeros64(s)]++
 				}
 			}
+		}
+		p.unlockShards(locked)
+		if active == 0 {
+			break
 		}
 	}
 	for s := active; s != 0; s &= s - 1 {
@@ -96,35 +102,25 @@ walk:
 	return dst
 }
 
-// noKey ends a shard's list of batch positions in holders.
-const noKey = 255
-
-// holders sets held[j] to who holds keys[j] now (any tier, incl.
-// speculative) and cpuOnly[j] to those of them who hold it only in the CPU
-// tier, for at most maxLookupBatch keys. It locks each shard once, for all
-// of its keys: it first chains each shard's positions (first[s], then
-// next[j]) and walks the shards present in shard order.
-func (p *pool) holders(keys []BlockKey, now, ttl uint32, held, cpuOnly []uint64) {
-	var present uint64 // shards with keys
-	var first [numShards]uint8
-	var next [maxLookupBatch]uint8
-	for j, k := range keys {
-		si := shardIndex(k)
-		next[j] = noKey
-		if present&(1<<si) != 0 {
-			next[j] = first[si]
-		}
-		first[si] = uint8(j)
-		present |= 1 << si
+// lockShards locks the shards of keys, in shard order, and returns them as
+// a bit set for unlockShards. It is the only place that holds more than one
+// shard lock at a time; every other holder takes one and releases it before
+// the next, so the order cannot deadlock.
+func (p *pool) lockShards(keys []BlockKey) uint64 {
+	var set uint64
+	for _, k := range keys {
+		set |= 1 << shardIndex(k)
 	}
-	for sh := present; sh != 0; sh &= sh - 1 {
-		si := bits.TrailingZeros64(sh)
-		s := &p.shards[si]
-		s.mu.Lock()
-		for j := first[si]; j != noKey; j = next[j] {
-			held[j], cpuOnly[j] = s.holdersLocked(keys[j], now, ttl)
-		}
-		s.mu.Unlock()
+	for sh := set; sh != 0; sh &= sh - 1 {
+		p.shards[bits.TrailingZeros64(sh)].mu.Lock()
+	}
+	return set
+}
+
+// unlockShards unlocks the shards lockShards locked.
+func (p *pool) unlockShards(set uint64) {
+	for sh := set; sh != 0; sh &= sh - 1 {
+		p.shards[bits.TrailingZeros64(sh)].mu.Unlock()
 	}
 }
 
