@@ -646,7 +646,12 @@ func (m *Map[V]) resize(slots int) {
 		g.place(&tail[i])
 	}
 	g.fillTo(slots)
-	collapseHuge(g.fresh, segSlots*g.slotBytes)
+	if !m.sparse {
+		// A sparse table's entries live seconds (the index's speculative
+		// table): collapsing it measured no faster, and its growth was most
+		// of the collapses in the decision benchmarks (docs/PERFORMANCE.md).
+		collapseHuge(g.fresh, segSlots*g.slotBytes)
+	}
 	m.seg0 = m.segs[0]
 	for _, s := range g.fallback {
 		i, p, _ := m.probe(s.hash())
