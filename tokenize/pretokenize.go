@@ -212,6 +212,11 @@ func (f regexFinder) appendMatches(dst []span, s string) []span {
 type scanFinder struct {
 	name string
 	scan func(s string, i int) int
+	// asciiWords: at an ASCII letter, or a space and an ASCII letter, the
+	// pattern matches the run of letters from there (scanCL100K's
+	// [^\r\n\p{L}\p{N}]?\p{L}+, which no earlier alternative can match
+	// there): appendPieces takes that match inline, without scan.
+	asciiWords bool
 }
 
 func (f scanFinder) appendMatches(dst []span, s string) []span {
@@ -247,6 +252,19 @@ func (f scanFinder) next(s string, i int) (start, end int) {
 func (f scanFinder) appendPieces(dst []piece, p piece) []piece {
 	s, prev := p.s, 0
 	for {
+		if f.asciiWords && prev < len(s) {
+			// Most of prose: a word, or a space and a word.
+			j := prev
+			if s[j] == ' ' && j+1 < len(s) {
+				j++
+			}
+			if c := s[j]; c < utf8.RuneSelf && asciiClass[c]&cL != 0 {
+				end := letterRun(s, j+1)
+				dst = append(dst, piece{s[prev:end], p.atStart && prev == 0})
+				prev = end
+				continue
+			}
+		}
 		start, end := f.next(s, prev)
 		if start < 0 {
 			break

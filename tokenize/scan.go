@@ -23,12 +23,12 @@ const (
 
 // scanners maps a pattern to its scanner.
 var scanners = map[string]scanFinder{
-	patternLlama3:  {"llama3", func(s string, i int) int { return scanCL100K(s, i, 3) }},
-	patternQwen2:   {"qwen2", func(s string, i int) int { return scanCL100K(s, i, 1) }},
-	patternO200K:   {"o200k", scanO200K},
-	patternDigits3: {"digits3", scanDigits3},
-	patternDSKana:  {"deepseek-cjk", scanDSCJK},
-	patternDSWords: {"deepseek-words", scanDSWords},
+	patternLlama3:  {"llama3", func(s string, i int) int { return scanCL100K(s, i, 3) }, true},
+	patternQwen2:   {"qwen2", func(s string, i int) int { return scanCL100K(s, i, 1) }, true},
+	patternO200K:   {name: "o200k", scan: scanO200K},
+	patternDigits3: {name: "digits3", scan: scanDigits3},
+	patternDSKana:  {name: "deepseek-cjk", scan: scanDSCJK},
+	patternDSWords: {name: "deepseek-words", scan: scanDSWords},
 }
 
 func scannerFor(pattern string) (scanFinder, bool) {

@@ -56,6 +56,13 @@ func checkScannerAgainstRegexp2(t testing.TB, name string, sc scanFinder, re reg
 	if !slices.Equal(got, want) {
 		t.Fatalf("%s on %q:\n scanner %v\n regexp2 %v", name, s, spansText(s, got), spansText(s, want))
 	}
+	// The pieces the pre-tokenizer takes from the scanner in one pass
+	// (appendPieces, with its inline path for words) against those isolate
+	// builds from regexp2's matches.
+	in := piece{s, false}
+	if gotP, wantP := sc.appendPieces(nil, in), isolate(nil, in, re, &scratch{}); !slices.Equal(gotP, wantP) {
+		t.Fatalf("%s on %q:\n scanner pieces %v\n regexp2 pieces %v", name, s, gotP, wantP)
+	}
 }
 
 func spansText(s string, sp []span) []string {
