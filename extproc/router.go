@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/mix"
 )
 
 // Tokenizer turns prompt text into token ids exactly as the pool's engines do.
@@ -664,14 +665,7 @@ const placementIdleTolerance = 0.2
 
 // rendezvous is endpoint e's highest-random-weight score for key k.
 func rendezvous(k index.BlockKey, e *Endpoint) uint64 {
-	x := uint64(k) ^ e.nameHash()
-	// splitmix64's finaliser.
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return mix.Mix64(uint64(k) ^ e.nameHash())
 }
 
 // nameHash is FNV-1a of the endpoint's name (stable across restarts and

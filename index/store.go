@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvroute/kvroute/mix"
 	"github.com/kvroute/kvroute/rhmap"
 )
 
@@ -445,12 +446,7 @@ const heldPrefixSlots = 4096
 // slot returns the slot of run on r and the run's tag there (never 0).
 func (h *heldPrefixes) slot(r Replica, run []BlockKey) (*atomic.Uint64, uint64) {
 	x := uint64(run[len(run)-1]) ^ uint64(len(run))<<40 ^ uint64(r.ID)<<52 ^ uint64(r.Gen)<<20
-	// splitmix64's finaliser.
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
+	x = mix.Mix64(x)
 	return &h[x%heldPrefixSlots], (x>>32 | 1) << 32
 }
 

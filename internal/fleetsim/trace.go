@@ -15,6 +15,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/kvroute/kvroute/mix"
 )
 
 // Record is one request of a Mooncake-format trace.
@@ -185,11 +187,7 @@ func appendBlock(dst []int, h int64, n int) []int {
 	x := uint64(h)*0x9E3779B97F4A7C15 + 0x6b76726f757465
 	for range n {
 		x += 0x9E3779B97F4A7C15
-		z := x
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-		z ^= z >> 31
-		dst = append(dst, int(z%vocab))
+		dst = append(dst, int(mix.Mix64(x)%vocab))
 	}
 	return dst
 }
@@ -235,12 +233,7 @@ func SpreadArrivals(recs []Record, window time.Duration, seed uint64) []Record {
 		return out
 	}
 	for i := range out {
-		x := seed + uint64(i)*0x9E3779B97F4A7C15
-		x ^= x >> 30
-		x *= 0xbf58476d1ce4e5b9
-		x ^= x >> 27
-		x *= 0x94d049bb133111eb
-		x ^= x >> 31
+		x := mix.Mix64(seed + uint64(i)*0x9E3779B97F4A7C15)
 		out[i].Timestamp += int64(x % uint64(ms))
 	}
 	slices.SortStableFunc(out, func(a, b Record) int { return cmp.Compare(a.Timestamp, b.Timestamp) })
