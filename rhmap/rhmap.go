@@ -345,9 +345,10 @@ func (m *Map[V]) Get(k uint64) (V, bool) {
 
 // probe returns the slot of hash h (not 0) and true or, when h is absent,
 // the slot Robin Hood order puts it in and false. Keys of one home are kept
-// in hash order, so a whole table is in hash order from any empty slot on
-// (resize relies on it): h goes before the first key nearer its home than h
-// would be, or as near and of a greater hash. As homes grow with hashes, a
+// in hash order, so a whole table read from any empty slot on is in hash
+// order, wrapping once from the largest hash to the smallest (resize relies
+// on it): h goes before the first key nearer its home than h would be, or
+// as near and of a greater hash. As homes grow with hashes, a
 // walk from h's home that has not wrapped past the last slot passes only
 // keys of smaller hashes before reaching h's place, so that test (a
 // multiply) is needed only at a key of a greater hash (where the walk
@@ -593,9 +594,9 @@ func (m *Map[V]) Shrink() bool {
 }
 
 // resize moves every entry to a table of slots slots. From an empty slot on,
-// the old table is in hash order (probe), which is home order in the new one
-// too: each key goes at its home or just after the key placed before it, a
-// sequential merge. Only where that place is taken (the last run wrapping
+// the old table is in hash order (probe) up to its one wrap, which is home
+// order in the new one too: each key goes at its home or just after the key
+// placed before it, a sequential merge. Only where that place is taken (the last run wrapping
 // onto the first) does it fall back to probing.
 //
 // The merge reads the old table's segments in order and writes the new
@@ -609,7 +610,7 @@ func (m *Map[V]) resize(slots int) {
 	old, oldSize := m.segs, m.size
 	m.segs, m.size, m.n = make([][]slot[V], (slots+segMask)>>segShift), slots, 0
 	defer m.publish()
-	g := merger[V]{m: m, slots: slots, prev: -1, slotBytes: unsafe.Sizeof(slot[V]{})}
+	g := merger[V]{m: m, slots: slots, slotBytes: unsafe.Sizeof(slot[V]{})}
 	// A table of hugeAdviseBytes or more has its new segments advised for
 	// huge pages before their first write. The growth that brings a table
 	// there reuses none of the old segments (written on base pages, they
@@ -619,6 +620,18 @@ func (m *Map[V]) resize(slots int) {
 	start := 0
 	for start < oldSize && !old[start>>segShift][start&segMask].empty() {
 		start++
+	}
+	// The merge reads the slots from start to the end, then the tail: one
+	// pass in cyclic hash order, which wraps from the largest hash to the
+	// smallest at most once, in the tail. The new homes need not show it (a
+	// shrink can give every key one home), so the hashes tell: last is the
+	// largest hash before the tail.
+	var last uint64
+	for i := oldSize - 1; i >= start; i-- {
+		if h := old[i>>segShift][i&segMask].hash(); h != 0 {
+			last = h
+			break
+		}
 	}
 	// The slots before start (the end of the last run, wrapped) are merged
 	// last: keep them aside so that their segments can be reused.
@@ -633,7 +646,7 @@ func (m *Map[V]) resize(slots int) {
 		seg := old[k]
 		for o := max(start-k<<segShift, 0); o < len(seg); o++ {
 			var n int
-			o, g.next, g.prev, n = mergeRun(g.wseg, seg, g.wbase, o, g.next, g.prev, slots)
+			o, g.next, n = mergeRun(g.wseg, seg, g.wbase, o, g.next, slots)
 			m.n += n
 			g.filled = min(g.next, slots)
 			if o < len(seg) {
@@ -643,6 +656,11 @@ func (m *Map[V]) resize(slots int) {
 		g.release(old, k)
 	}
 	for i := range tail {
+		h := tail[i].hash()
+		if h < last {
+			g.wrapped = slots // homes start again at 0
+		}
+		last = h
 		g.place(&tail[i])
 	}
 	g.fillTo(slots)
@@ -664,10 +682,10 @@ func (m *Map[V]) resize(slots int) {
 // o on into dst, the new table's segment from slot dbase on, each at its
 // home or just after the entry placed before it (next), zeroing the slots
 // it passes, and returns where it stopped: at the end of src, or at an
-// entry whose place is out of dst or whose home is below the one before it
-// (prev; hash order wrapped past the top), which it leaves to
-// merger.place.
-func mergeRun[V comparable](dst, src []slot[V], dbase, o, next, prev, slots int) (int, int, int, int) {
+// entry whose place is out of dst, which it leaves to merger.place. Its
+// entries are in hash order (resize's slots from start on), so homes never
+// go back.
+func mergeRun[V comparable](dst, src []slot[V], dbase, o, next, slots int) (int, int, int) {
 	n, dend := 0, dbase+len(dst)
 	for ; o < len(src); o++ {
 		h := src[o].hash()
@@ -676,17 +694,17 @@ func mergeRun[V comparable](dst, src []slot[V], dbase, o, next, prev, slots int)
 		}
 		hm := home(h, slots)
 		i := max(hm, next)
-		if hm < prev || i >= dend {
+		if i >= dend {
 			break
 		}
 		for ; next < i; next++ {
 			dst[next-dbase] = slot[V]{}
 		}
 		dst[i-dbase] = src[o]
-		next, prev = i+1, hm
+		next = i + 1
 		n++
 	}
-	return o, next, prev, n
+	return o, next, n
 }
 
 // merger is resize's state between the keys it places out of the common
@@ -707,10 +725,10 @@ type merger[V comparable] struct {
 	filled, wbase int
 	wseg          []slot[V]
 	// next: the unwrapped slot after the last key placed; wrapped: slots
-	// once hash order has passed the top and homes start again at 0; prev:
-	// the last key's home (plus wrapped).
-	next, wrapped, prev int
-	fallback            []slot[V] // entries left for probing
+	// once hash order has passed the top and homes start again at 0 (set by
+	// resize, which sees the hashes).
+	next, wrapped int
+	fallback      []slot[V] // entries left for probing
 }
 
 // release puts old segment k, read to the end, on the free list.
@@ -758,13 +776,7 @@ func (g *merger[V]) place(s *slot[V]) {
 		g.fallback = append(g.fallback, *s)
 		return
 	}
-	hm := home(s.hash(), g.slots) + g.wrapped
-	if hm < g.prev {
-		g.wrapped = g.slots
-		hm += g.slots
-	}
-	g.prev = hm
-	i := max(hm, g.next)
+	i := max(home(s.hash(), g.slots)+g.wrapped, g.next)
 	g.next = i + 1
 	if i < g.slots {
 		g.fillTo(i)

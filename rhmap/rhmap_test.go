@@ -39,7 +39,7 @@ func runOps(t *testing.T, b []byte, space uint64, sparse bool) *Map[val] {
 	want := map[uint64]val{}
 	ops := 0
 	for len(b) >= 3 {
-		op, k := b[0]%5, uint64(binary.LittleEndian.Uint16(b[1:]))%space
+		op, k := b[0]%6, uint64(binary.LittleEndian.Uint16(b[1:]))%space
 		b = b[3:]
 		if k%3 == 1 {
 			k |= 1 << 63 // high halves differ too
@@ -66,6 +66,10 @@ func runOps(t *testing.T, b []byte, space uint64, sparse bool) *Map[val] {
 			got, ok := m.Get(k)
 			if w, wok := want[k]; ok != wok || got != w {
 				t.Fatalf("Get(%x) = %+v, %v; want %+v, %v", k, got, ok, w, wok)
+			}
+		case 5: // now and then, a rebuild at the size Shrink gives, at any size
+			if k%32 == 0 {
+				m.resize(m.sizeFor(m.n))
 			}
 		}
 		// The whole table after every op while it is small, then after
@@ -466,5 +470,28 @@ func checkWindow(t *testing.T, h *Hint, m *Map[val], k uint64, fetched int) {
 	end := homeSlot + uintptr(fetched)*unsafe.Sizeof(slot[val]{})
 	if from%cacheLineBytes != 0 || from > homeSlot || homeSlot-from >= cacheLineBytes || to != end {
 		t.Fatalf("key %d: window %x..%x, home slot at %x, %d slots end at %x", k, from, to, homeSlot, fetched, end)
+	}
+}
+
+// Shrinking can give every key the same home in the new table: here two
+// keys of a table of shrinkMinSlots, one in slot 0 and one a few slots on
+// (so the merge starts after slot 0 and takes the key there last, after the
+// hash order wrapped), both home 0 once rebuilt into 8 slots. The key taken
+// after the wrap has the smaller hash and must go first in its run, or
+// lookups stop before reaching it.
+func TestShrinkWrapsIntoOneHome(t *testing.T) {
+	for _, gap := range []uint64{2, 5, 300} {
+		m := withSlots(shrinkMinSlots)
+		want := map[uint64]val{}
+		for _, h := range []uint64{1, gap<<52 | 1} { // homes 0 and gap
+			k := unhash(h)
+			m.Put(k, val{uint32(h), 1, 2})
+			want[k] = val{uint32(h), 1, 2}
+		}
+		check(t, m, want)
+		if !m.Shrink() || m.size != minSlots {
+			t.Fatalf("Shrink left %d slots, want %d", m.size, minSlots)
+		}
+		check(t, m, want)
 	}
 }
