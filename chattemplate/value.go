@@ -344,6 +344,8 @@ func typeName(v Value) string {
 		return x.kind
 	case *loopObj:
 		return "LoopContext"
+	case *joiner:
+		return "Joiner"
 	case *Macro:
 		return "Macro"
 	case *boundMethod:
@@ -479,15 +481,35 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 		b.WriteString(">")
 	case nil, bool, int64, float64, *Macro:
 		b.WriteString(strValue(v))
+	case *loopObj:
+		// jinja2.runtime.LoopContext.__repr__ (3.1.6).
+		fmt.Fprintf(b, "<LoopContext %d/%d>", x.index0+1, len(x.items))
 	case *boundMethod:
-		// CPython: <built-in method get of dict object at 0x7f...>; the
-		// address is arbitrary, its length is kept.
-		fmt.Fprintf(b, "<built-in method %s of %s object at 0x7f%010x>", x.name, typeName(x.recv), uintptr(unsafe.Pointer(x))&0xffffffffff)
+		switch r := x.recv.(type) {
+		case *loopObj: // a Python method of LoopContext
+			fmt.Fprintf(b, "<bound method LoopContext.%s of ", x.name)
+			writeRepr(b, r, depth+1)
+			b.WriteByte('>')
+		case *joiner: // joiner(sep) is a jinja2.utils.Joiner, called as itself
+			fmt.Fprintf(b, "<jinja2.utils.Joiner object at 0x7f%010x>", uintptr(unsafe.Pointer(r))&0xffffffffff)
+		default:
+			// CPython: <built-in method get of dict object at 0x7f...>; the
+			// address is arbitrary, its length is kept.
+			fmt.Fprintf(b, "<built-in method %s of %s object at 0x7f%010x>", x.name, typeName(x.recv), uintptr(unsafe.Pointer(x))&0xffffffffff)
+		}
 	case *builtinFunc:
-		fmt.Fprintf(b, "<function %s at 0x7f%010x>", x.name, uintptr(unsafe.Pointer(x))&0xffffffffff)
+		// Two of Jinja2's globals are classes, printed without an address.
+		switch x.name {
+		case "namespace":
+			b.WriteString("<class 'jinja2.utils.Namespace'>")
+		case "dict":
+			b.WriteString("<class 'dict'>")
+		default:
+			fmt.Fprintf(b, "<function %s at 0x7f%010x>", x.name, uintptr(unsafe.Pointer(x))&0xffffffffff)
+		}
 	default:
-		// Any other engine value (a loop, a joiner): printed as an object,
-		// never through strValue, whose fallback is this function.
+		// Any other engine value: printed as an object, never through
+		// strValue, whose fallback is this function.
 		fmt.Fprintf(b, "<%s object>", typeName(v))
 	}
 }

@@ -70,8 +70,8 @@ func TestPrintingAnyEngineValueTerminates(t *testing.T) {
 		"{{ 's'.strip }}":                                "<built-in method strip of str object at 0x7f",
 		"{{ [1].count }}":                                "<built-in method count of list object at 0x7f",
 		"{{ raise_exception }}":                          "<function raise_exception at 0x7f",
-		"{% for x in [1] %}{{ loop }}{% endfor %}":       "<LoopContext object>",
-		"{% for x in [1] %}{{ loop.cycle }}{% endfor %}": "<built-in method cycle of LoopContext object at 0x7f",
+		"{% for x in [1] %}{{ loop }}{% endfor %}":       "<LoopContext 1/1>",
+		"{% for x in [1] %}{{ loop.cycle }}{% endfor %}": "<bound method LoopContext.cycle of <LoopContext 1/1>>",
 		"{{ joiner(',') }}":                              "<",
 		"{{ [d.get] }}":                                  "[<built-in method get of dict object at 0x7f",
 	} {
@@ -83,5 +83,38 @@ func TestPrintingAnyEngineValueTerminates(t *testing.T) {
 		if err != nil || !strings.HasPrefix(got, prefix) {
 			t.Errorf("%s = %q, %v; want a repr starting %q", src, got, err, prefix)
 		}
+	}
+}
+
+// TestPrintingEngineObjectsAsJinja2 pins the reprs Jinja2 3.1.6 prints
+// without an address (ImmutableSandboxedEnvironment): the loop, its bound
+// methods and the classes among the globals; a joiner is named by its
+// Python class, never by its Go type.
+func TestPrintingEngineObjectsAsJinja2(t *testing.T) {
+	for src, want := range map[string]string{
+		"{% for x in [1,2] %}{{ loop }}|{% endfor %}":                             "<LoopContext 1/2>|<LoopContext 2/2>|",
+		"{% for x in [1,2] %}{{ [loop] }}{% endfor %}":                            "[<LoopContext 1/2>][<LoopContext 2/2>]",
+		"{% for x in [1,2,3] if x > 1 %}{{ loop }}{% endfor %}":                   "<LoopContext 1/2><LoopContext 2/2>",
+		"{% for x in 'ab' %}{% for y in [3] %}{{ loop }}{% endfor %}{% endfor %}": "<LoopContext 1/1><LoopContext 1/1>",
+		"{% for x in [1] %}{{ loop|string }}{{ loop ~ '' }}{% endfor %}":          "<LoopContext 1/1><LoopContext 1/1>",
+		"{% for x in [1,2] %}{{ loop.cycle }}|{{ loop.changed }}|{% endfor %}": "<bound method LoopContext.cycle of <LoopContext 1/2>>|<bound method LoopContext.changed of <LoopContext 1/2>>|" +
+			"<bound method LoopContext.cycle of <LoopContext 2/2>>|<bound method LoopContext.changed of <LoopContext 2/2>>|",
+		"{{ namespace }}": "<class 'jinja2.utils.Namespace'>",
+		"{{ dict }}":      "<class 'dict'>",
+	} {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := tpl.Render(nil, RenderOptions{}); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", src, got, err, want)
+		}
+	}
+	tpl, err := Parse("{{ joiner(',') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tpl.Render(nil, RenderOptions{}); err != nil || !strings.HasPrefix(got, "<jinja2.utils.Joiner object at 0x7f") || len(got) != len("<jinja2.utils.Joiner object at 0x7f87331f3310>") {
+		t.Errorf("joiner(',') printed %q, %v", got, err)
 	}
 }
