@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -219,6 +220,57 @@ func TestAppendRenderBudgetCountsItsOwnOutput(t *testing.T) {
 		}
 		if c.ok && (string(after[:len(prefix)]) != string(prefix) || string(after[len(prefix):]) != string(alone) || len(alone) != 100) {
 			t.Fatalf("limit %d: appended %q after the prefix, alone %q", c.limit, after[len(prefix):], alone)
+		}
+	}
+}
+
+// A document decodes to at most MaxJSONValues values: one more is an
+// error (naming no content), exactly as many is not.
+func TestDecodeJSONBoundsItsValues(t *testing.T) {
+	doc := func(items int) []byte {
+		// The array is one value and each {} another.
+		return []byte("[" + strings.TrimSuffix(strings.Repeat("{},", items), ",") + "]")
+	}
+	if _, err := DecodeJSON(doc(MaxJSONValues - 1)); err != nil {
+		t.Fatalf("%d values: %v", MaxJSONValues, err)
+	}
+	_, err := DecodeJSON(doc(MaxJSONValues))
+	if err == nil || !strings.Contains(err.Error(), "more than 131072 values") {
+		t.Fatalf("%d values: err = %v, want the bound", MaxJSONValues+1, err)
+	}
+	v, arena, err := decodeBorrowed(doc(MaxJSONValues))
+	releaseArena(arena)
+	if err == nil {
+		t.Fatalf("borrowed decode of %d values gave %T, want the bound", MaxJSONValues+1, v)
+	}
+}
+
+// An 8 MiB body of the cheapest values to write and the dearest to hold
+// allocates a bounded amount while decoding, borrowed or not (before
+// MaxJSONValues, the empty objects took 471 MiB).
+func TestDecodeJSONBoundsHostileBodies(t *testing.T) {
+	const limit = 64 << 20
+	for _, unit := range []string{"{},", "[],", `{"":0},`, "[0],", `"",`, "0,"} {
+		body := []byte(`{"messages":[` + strings.Repeat(unit, (8<<20)/len(unit)) + `0]}`)
+		for _, borrowed := range []bool{false, true} {
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			var err error
+			if borrowed {
+				var arena *[]byte
+				_, arena, err = decodeBorrowed(body)
+				releaseArena(arena)
+			} else {
+				_, err = DecodeJSON(body)
+			}
+			runtime.ReadMemStats(&after)
+			if err == nil {
+				t.Errorf("%q × %d (borrowed %v): decoded, want the values bound", unit, (8<<20)/len(unit), borrowed)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > limit {
+				t.Errorf("%q × %d (borrowed %v): allocated %d MiB decoding, want at most %d", unit, (8<<20)/len(unit), borrowed, got>>20, limit>>20)
+			}
 		}
 	}
 }

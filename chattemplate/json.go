@@ -17,6 +17,15 @@ import (
 // maxJSONDepth bounds nesting so hostile bodies cannot exhaust the stack.
 const maxJSONDepth = 512
 
+// MaxJSONValues bounds the values (objects, arrays, strings, numbers,
+// literals) one document may decode to. A value costs tens to hundreds of
+// bytes decoded against as few as two in the body: an 8 MiB body of empty
+// objects allocated 471 MiB before the bound, and 18 MiB with it
+// (TestDecodeJSONBoundsHostileBodies). A chat body has a few values a
+// message, content part and tool field: 131,072 leaves room for thousands
+// of each.
+const MaxJSONValues = 1 << 17
+
 // DecodeJSON decodes one JSON document into engine values, keeping object
 // key order (Python's json.loads into dict does too). Integers become int64
 // (float64 when they do not fit), numbers with a fraction or exponent float64.
@@ -100,10 +109,11 @@ const maxScratchHint = 64 << 10
 var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 type jsonDecoder struct {
-	s     []byte
-	i     int
-	buf   []byte  // scratch for strings with escapes or non-ASCII text
-	stack []Value // the pairs and items of the objects and arrays being decoded
+	s      []byte
+	i      int
+	values int     // decoded so far (MaxJSONValues)
+	buf    []byte  // scratch for strings with escapes or non-ASCII text
+	stack  []Value // the pairs and items of the objects and arrays being decoded
 	// borrowed: strings are not copied out (decodeBorrowed); those that
 	// need unescaping are appended to arena.
 	borrowed bool
@@ -172,6 +182,9 @@ func (d *jsonDecoder) skipSpace() {
 func (d *jsonDecoder) value(depth int) (Value, error) {
 	if depth > maxJSONDepth {
 		return nil, d.errorf("nesting deeper than %d", maxJSONDepth)
+	}
+	if d.values++; d.values > MaxJSONValues {
+		return nil, d.errorf("more than %d values", MaxJSONValues)
 	}
 	if d.i >= len(d.s) {
 		return nil, d.errorf("unexpected end of input")
