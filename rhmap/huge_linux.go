@@ -34,8 +34,8 @@ func adviseHuge(p unsafe.Pointer, n uintptr) {
 }
 
 // collapseHuge asks Linux (6.1 and later; earlier ones refuse, and nothing
-// changes) to back the memory around each of the new segments at ps, n
-// bytes each, with huge pages: madvise(MADV_COLLAPSE) on the segment
+// changes) to back the memory around each of the new segments with huge
+// pages: madvise(MADV_COLLAPSE) on the segment
 // rounded out to huge-page boundaries, once per huge page. adviseHuge only
 // reaches pages not yet touched, and a segment allocated where the heap has
 // written before (make zeroes reused memory) would otherwise stay on base
@@ -46,13 +46,17 @@ func adviseHuge(p unsafe.Pointer, n uintptr) {
 // here: a collapse copies up to a huge page in the kernel, 0.64 ms on
 // average and up to 9.6 ms in BenchmarkGRPCDecisions_2kChat, and the
 // goroutine that grows a table holds its owner's lock (an index shard, which
-// every lookup of a long prompt needs). The memory may have been freed or
-// reused by the time the call is made; the call is as harmless there.
-func collapseHuge(ps []unsafe.Pointer, n uintptr) {
+// every lookup of a long prompt needs); it can also enter direct reclaim,
+// which is why Go's runtime stopped calling it under its heap lock
+// (golang/go#63334). The memory may have been freed or reused by the time
+// the call is made; the call is as harmless there, except that it brings
+// back pages the runtime had returned within the huge page (resident
+// memory, bounded by the advised tables' neighbourhoods).
+func collapseHuge(segs []segSpan) {
 	last := ^uintptr(0)
-	for _, p := range ps {
-		lo := uintptr(p) &^ (hugePageBytes - 1)
-		hi := (uintptr(p) + n + hugePageBytes - 1) &^ (hugePageBytes - 1)
+	for _, sg := range segs {
+		lo := uintptr(sg.p) &^ (hugePageBytes - 1)
+		hi := (uintptr(sg.p) + sg.n + hugePageBytes - 1) &^ (hugePageBytes - 1)
 		if lo == last {
 			lo += hugePageBytes
 		}

@@ -8,4 +8,4 @@ import "unsafe"
 func adviseHuge(unsafe.Pointer, uintptr) {}
 
 // collapseHuge does nothing off Linux (huge_linux.go).
-func collapseHuge([]unsafe.Pointer, uintptr) {}
+func collapseHuge([]segSpan) {}

@@ -668,7 +668,7 @@ func (m *Map[V]) resize(slots int) {
 		// A sparse table's entries live seconds (the index's speculative
 		// table): collapsing it measured no faster, and its growth was most
 		// of the collapses in the decision benchmarks (docs/PERFORMANCE.md).
-		collapseHuge(g.fresh, segSlots*g.slotBytes)
+		collapseHuge(g.fresh)
 	}
 	m.seg0 = m.segs[0]
 	for _, s := range g.fallback {
@@ -719,7 +719,7 @@ type merger[V comparable] struct {
 	reuse     bool // put old segments on the free list
 	// fresh lists the new segments advised for huge pages, to collapse
 	// onto huge pages once written (collapseHuge).
-	fresh []unsafe.Pointer
+	fresh []segSpan
 	// The new slots before filled are written (an entry or zero); wseg is
 	// the segment being written, from slot wbase on.
 	filled, wbase int
@@ -729,6 +729,12 @@ type merger[V comparable] struct {
 	// resize, which sees the hashes).
 	next, wrapped int
 	fallback      []slot[V] // entries left for probing
+}
+
+// segSpan is a segment's memory: its first slot and its size in bytes.
+type segSpan struct {
+	p unsafe.Pointer
+	n uintptr
 }
 
 // release puts old segment k, read to the end, on the free list.
@@ -753,7 +759,7 @@ func (g *merger[V]) nextSeg() {
 	}
 	if !reused && g.advise {
 		adviseHuge(unsafe.Pointer(unsafe.SliceData(g.m.segs[q])), uintptr(size)*g.slotBytes)
-		g.fresh = append(g.fresh, unsafe.Pointer(unsafe.SliceData(g.m.segs[q])))
+		g.fresh = append(g.fresh, segSpan{unsafe.Pointer(unsafe.SliceData(g.m.segs[q])), uintptr(size) * g.slotBytes})
 	}
 	g.wseg, g.wbase = g.m.segs[q], g.filled
 }
