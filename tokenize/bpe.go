@@ -363,30 +363,45 @@ func (b *bpeModel) mergeSmall(syms []int32, st *scratch) []int32 {
 	}
 	st.ranks = ranks[:0]
 	for {
-		// The lowest rank, leftmost among equals: the least rank<<8|i, one
-		// compare an element.
-		m := uint64(noMerge)<<8 | 0xff
+		// The lowest rank, leftmost among equals: the least rank<<8|i
+		// (below 2^30), kept without a branch: the compiler makes
+		// "if k < m" a jump, which mispredicts on words' unsorted ranks.
+		m := int64(noMerge)<<8 | 0xff
 		for i, r := range ranks {
-			if k := uint64(r)<<8 | uint64(i); k < m {
-				m = k
-			}
+			d := (int64(r)<<8 | int64(i)) - m
+			m += d & (d >> 63)
 		}
 		bestRank, best := int32(m>>8), int(m&0xff)
 		if bestRank == noMerge {
 			return syms
 		}
-		syms[best] = mt.merged(bestRank)
+		id := mt.merged(bestRank)
+		// The pairs the join makes, (best-1, best) and (best, best+1) once
+		// joined, looked up before the shifts, so that the loads are under
+		// way while memmove runs.
+		left, right := noMerge, noMerge
+		if best > 0 {
+			var ok bool
+			if left, ok = mt.cachedRank(syms[best-1], id); !ok {
+				left = mt.fillRank(syms[best-1], id)
+			}
+		}
+		if best+2 < len(syms) {
+			var ok bool
+			if right, ok = mt.cachedRank(id, syms[best+2]); !ok {
+				right = mt.fillRank(id, syms[best+2])
+			}
+		}
+		syms[best] = id
 		copy(syms[best+1:], syms[best+2:])
 		syms = syms[:len(syms)-1]
 		copy(ranks[best:], ranks[best+1:])
 		ranks = ranks[:len(ranks)-1]
-		// The pairs the join changed: (best-1, best) and (best, best+1).
-		for i := max(best, 1); i <= min(best+1, len(syms)-1); i++ {
-			r, ok := mt.cachedRank(syms[i-1], syms[i])
-			if !ok {
-				r = mt.fillRank(syms[i-1], syms[i])
-			}
-			ranks[i-1] = r
+		if best > 0 {
+			ranks[best-1] = left
+		}
+		if best < len(ranks) {
+			ranks[best] = right
 		}
 	}
 }
