@@ -26,6 +26,12 @@ type bpeModel struct {
 	unkID        int        // -1: no unk token
 	fuseUnk      bool
 	cache        *wordCache
+	// bytePairRanks, when allBytes, holds the merge rank of every pair of
+	// single-byte tokens at first<<8|second (noMerge when none): a word's
+	// first pairs, from 256 KiB where those of common text share a few
+	// cache lines, where the pair cache spreads them over as many lines as
+	// pairs and hashes each.
+	bytePairRanks []int32
 }
 
 func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
@@ -117,6 +123,12 @@ func buildBPE(m *modelJSON, byteLevel bool) (*bpeModel, error) {
 		}
 	}
 	b.merges.numberedInOrder()
+	if b.allBytes {
+		b.bytePairRanks = make([]int32, 1<<16)
+		for i := range b.bytePairRanks {
+			b.bytePairRanks[i] = b.merges.rank(b.byteIDs[i>>8], b.byteIDs[i&0xff])
+		}
+	}
 	return b, nil
 }
 
@@ -329,8 +341,20 @@ func (b *bpeModel) allFallback(ch string) bool {
 // merge applies the merges to a word, lowest rank first and leftmost among
 // equal ranks, as tokenizers' Word::merge_all does with its priority queue.
 func (b *bpeModel) merge(ids []int, w string, st *scratch) []int {
-	syms := b.initialSymbols(w, st.syms[:0])
-	if len(syms) <= maxScanSymbols {
+	var syms []int32
+	if b.bytePairRanks != nil && len(w) <= maxScanSymbols {
+		// A symbol a byte, and the first pairs' ranks from the byte-pair
+		// table rather than the pair cache.
+		syms = st.syms[:0]
+		for i := 0; i < len(w); i++ {
+			syms = append(syms, b.byteIDs[w[i]])
+		}
+		ranks := st.ranks[:0]
+		for i := 1; i < len(w); i++ {
+			ranks = append(ranks, b.bytePairRanks[uint16(w[i-1])<<8|uint16(w[i])])
+		}
+		syms = b.mergeRanked(syms, ranks, st)
+	} else if syms = b.initialSymbols(w, st.syms[:0]); len(syms) <= maxScanSymbols {
 		syms = b.mergeSmall(syms, st)
 	} else {
 		syms = b.mergeHeap(syms, st)
@@ -344,10 +368,8 @@ func (b *bpeModel) merge(ids []int, w string, st *scratch) []int {
 
 // mergeSmall merges syms in place and returns them shortened, finding the
 // best pair by scanning: faster than a heap for the short words that make
-// up nearly all text. The symbols stay in an array (a join shifts the tail
-// left) and ranks[i] holds the rank of the pair (syms[i], syms[i+1]), so
-// each pair is looked up once and a join looks up only the two pairs it
-// changed.
+// up nearly all text. It looks up the rank of each pair of syms and hands
+// them to mergeRanked.
 func (b *bpeModel) mergeSmall(syms []int32, st *scratch) []int32 {
 	if len(syms) < 2 {
 		return syms
@@ -361,32 +383,56 @@ func (b *bpeModel) mergeSmall(syms []int32, st *scratch) []int32 {
 		}
 		ranks = append(ranks, r)
 	}
+	return b.mergeRanked(syms, ranks, st)
+}
+
+// mergeRanked is mergeSmall given ranks[i], the rank of the pair (syms[i],
+// syms[i+1]), for every pair, in st.ranks' memory. The symbols stay in an
+// array (a join shifts the tail left), and so do their pairs' ranks, so a
+// join looks up only the two pairs it makes.
+func (b *bpeModel) mergeRanked(syms, ranks []int32, st *scratch) []int32 {
+	mt := b.merges
 	st.ranks = ranks[:0]
 	for {
-		// The lowest rank, leftmost among equals: the least rank<<8|i, one
-		// compare an element.
-		m := uint64(noMerge)<<8 | 0xff
+		// The lowest rank, leftmost among equals: the least rank<<8|i
+		// (below 2^30), kept without a branch: the compiler makes
+		// "if k < m" a jump, which mispredicts on words' unsorted ranks.
+		m := int64(noMerge)<<8 | 0xff
 		for i, r := range ranks {
-			if k := uint64(r)<<8 | uint64(i); k < m {
-				m = k
-			}
+			d := (int64(r)<<8 | int64(i)) - m
+			m += d & (d >> 63)
 		}
 		bestRank, best := int32(m>>8), int(m&0xff)
 		if bestRank == noMerge {
 			return syms
 		}
-		syms[best] = mt.merged(bestRank)
+		id := mt.merged(bestRank)
+		// The pairs the join makes, (best-1, best) and (best, best+1) once
+		// joined, looked up before the shifts, so that the loads are under
+		// way while memmove runs.
+		left, right := noMerge, noMerge
+		if best > 0 {
+			var ok bool
+			if left, ok = mt.cachedRank(syms[best-1], id); !ok {
+				left = mt.fillRank(syms[best-1], id)
+			}
+		}
+		if best+2 < len(syms) {
+			var ok bool
+			if right, ok = mt.cachedRank(id, syms[best+2]); !ok {
+				right = mt.fillRank(id, syms[best+2])
+			}
+		}
+		syms[best] = id
 		copy(syms[best+1:], syms[best+2:])
 		syms = syms[:len(syms)-1]
 		copy(ranks[best:], ranks[best+1:])
 		ranks = ranks[:len(ranks)-1]
-		// The pairs the join changed: (best-1, best) and (best, best+1).
-		for i := max(best, 1); i <= min(best+1, len(syms)-1); i++ {
-			r, ok := mt.cachedRank(syms[i-1], syms[i])
-			if !ok {
-				r = mt.fillRank(syms[i-1], syms[i])
-			}
-			ranks[i-1] = r
+		if best > 0 {
+			ranks[best-1] = left
+		}
+		if best < len(ranks) {
+			ranks[best] = right
 		}
 	}
 }

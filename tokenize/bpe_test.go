@@ -48,8 +48,8 @@ func (b *bpeModel) mergeSmallReference(syms []int32) []int32 {
 // (llama3_1), and characters with byte fallback (gemma3).
 var mergeModels = []string{"qwen3", "llama3_1", "gemma3"}
 
-// checkMergeSmall merges w's symbols with mergeSmall, the reference and the
-// heap merge, and fails when they differ.
+// checkMergeSmall merges w's symbols with mergeSmall, the reference, the
+// heap merge and merge, and fails when they differ.
 func checkMergeSmall(t *testing.T, b *bpeModel, name, w string) {
 	syms := b.initialSymbols(w, nil)
 	if len(syms) == 0 || len(syms) > maxScanSymbols {
@@ -62,6 +62,12 @@ func checkMergeSmall(t *testing.T, b *bpeModel, name, w string) {
 	heap := b.mergeHeap(slices.Clone(syms), st)
 	if !slices.Equal(got, want) || !slices.Equal(got, heap) {
 		t.Fatalf("%s %q: mergeSmall %v, reference %v, heap %v", name, w, got, want, heap)
+	}
+	// merge itself, which takes byte-level words' first ranks from the
+	// byte-pair table.
+	ids := b.merge(nil, w, st)
+	if !slices.EqualFunc(ids, want, func(id int, w int32) bool { return id == int(w) }) {
+		t.Fatalf("%s %q: merge %v, reference %v", name, w, ids, want)
 	}
 }
 

@@ -149,3 +149,47 @@ func TestLoadRejectsAddedTokenIDsOverTheBound(t *testing.T) {
 		}
 	}
 }
+
+// TestPairCacheSetHoldsTwoPairs: two pairs of one set are both cached; a
+// third pushes out the one filled first, and every answer is the table's.
+func TestPairCacheSetHoldsTwoPairs(t *testing.T) {
+	tab := newMergeTable(1000)
+	for rank := range 1000 {
+		if err := tab.add(rank%40, rank/40, 5000+rank, rank); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := func(a, b int32) uint64 { return (packPair(a, b) * 0x9E3779B97F4A7C15) >> tab.cacheShift >> 1 }
+	// Three pairs of one set, some with merges, some without.
+	var same [][2]int32
+	for a := int32(0); a < 60 && len(same) < 3; a++ {
+		for b := int32(0); b < 60 && len(same) < 3; b++ {
+			if len(same) == 0 || set(a, b) == set(same[0][0], same[0][1]) {
+				same = append(same, [2]int32{a, b})
+			}
+		}
+	}
+	if len(same) < 3 {
+		t.Fatal("no three pairs share a set")
+	}
+	cached := func(p [2]int32) bool {
+		r, ok := tab.cachedRank(p[0], p[1])
+		if ok && r != tab.rank(p[0], p[1]) {
+			t.Fatalf("pair %v: cached rank %d, table %d", p, r, tab.rank(p[0], p[1]))
+		}
+		return ok
+	}
+	for i, p := range same {
+		if cached(p) {
+			t.Fatalf("pair %v cached before it was asked for", p)
+		}
+		if r := tab.fillRank(p[0], p[1]); r != tab.rank(p[0], p[1]) {
+			t.Fatalf("pair %v: fillRank %d, table %d", p, r, tab.rank(p[0], p[1]))
+		}
+		for j, q := range same[:i+1] {
+			if want := j >= i-1; cached(q) != want {
+				t.Fatalf("after filling %d pairs of a set, pair %d cached: %v, want %v", i+1, j+1, !want, want)
+			}
+		}
+	}
+}
