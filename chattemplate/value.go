@@ -470,7 +470,7 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 		if x.fn != "" {
 			name = " " + x.fn
 		}
-		fmt.Fprintf(b, "<%s object%s at 0x7f%010x>", x.kind, name, uintptr(unsafe.Pointer(x))&0xffffffffff)
+		fmt.Fprintf(b, "<%s object%s at 0x7f%010x>", x.kind, name, fakeAddr(unsafe.Pointer(x)))
 	case *View:
 		b.WriteString(x.kind + "(")
 		writeRepr(b, &List{Items: x.items}, depth+1)
@@ -491,11 +491,11 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 			writeRepr(b, r, depth+1)
 			b.WriteByte('>')
 		case *joiner: // joiner(sep) is a jinja2.utils.Joiner, called as itself
-			fmt.Fprintf(b, "<jinja2.utils.Joiner object at 0x7f%010x>", uintptr(unsafe.Pointer(r))&0xffffffffff)
+			fmt.Fprintf(b, "<jinja2.utils.Joiner object at 0x7f%010x>", fakeAddr(unsafe.Pointer(r)))
 		default:
 			// CPython: <built-in method get of dict object at 0x7f...>; the
 			// address is arbitrary, its length is kept.
-			fmt.Fprintf(b, "<built-in method %s of %s object at 0x7f%010x>", x.name, typeName(x.recv), uintptr(unsafe.Pointer(x))&0xffffffffff)
+			fmt.Fprintf(b, "<built-in method %s of %s object at 0x7f%010x>", x.name, typeName(x.recv), fakeAddr(unsafe.Pointer(x)))
 		}
 	case *builtinFunc:
 		// Two of Jinja2's globals are classes, printed without an address.
@@ -505,7 +505,7 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 		case "dict":
 			b.WriteString("<class 'dict'>")
 		default:
-			fmt.Fprintf(b, "<function %s at 0x7f%010x>", x.name, uintptr(unsafe.Pointer(x))&0xffffffffff)
+			fmt.Fprintf(b, "<function %s at 0x7f%010x>", x.name, fakeAddr(unsafe.Pointer(x)))
 		}
 	default:
 		// Any other engine value: printed as an object, never through
@@ -666,3 +666,7 @@ func FromGo(v any) Value {
 		return fmt.Sprint(x)
 	}
 }
+
+// fakeAddr is the low 40 bits of p, printed after 0x7f where CPython prints
+// an object's address: the same length, never a prompt anyone can match.
+func fakeAddr(p unsafe.Pointer) uint64 { return uint64(uintptr(p)) & 0xffffffffff }

@@ -187,7 +187,7 @@ func (r *Request) parseIDs(raw json.RawMessage) error {
 		return fmt.Errorf("%w: token-id prompt: %v", errUnsupported, jsonErrorWithoutInput(err))
 	}
 	for i, id := range r.PromptIDs {
-		if id < 0 || id > maxTokenID {
+		if id < 0 || uint64(id) > maxTokenID {
 			return fmt.Errorf("%w: token id at index %d outside [0, 2^32)", errUnsupported, i)
 		}
 	}

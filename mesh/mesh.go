@@ -177,7 +177,7 @@ func (m *Mesh) header() header {
 	return header{sender: m.sender, seq: m.seq.Add(1), layout: m.o.Layout, sent: time.Now().UnixNano()}
 }
 
-func clampU32(v int) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
+func clampU32(v int) uint32 { return uint32(min(uint64(max(v, 0)), 1<<32-1)) }
 
 func (m *Mesh) enqueue(kind byte, b []byte) {
 	if m.closed.Load() {

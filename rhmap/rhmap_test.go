@@ -444,7 +444,7 @@ func TestHintFollowsTheSlots(t *testing.T) {
 	if !m.Shrink() || hintLayout(&h)[hintSlots] != uintptr(m.size) {
 		t.Fatalf("after shrinking the hint says %d slots, the table has %d", hintLayout(&h)[hintSlots], m.size)
 	}
-	for _, addr := range []uintptr{0, 1, ^uintptr(0), hintLayout(&h)[hintSegs] + 1<<40} {
+	for _, addr := range []uintptr{0, 1, ^uintptr(0), hintLayout(&h)[hintSegs] + 1<<30} {
 		prefetch.Line(addr)
 	}
 	sparse := Sparse[val]()
