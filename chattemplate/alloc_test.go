@@ -100,6 +100,17 @@ func render(t *testing.T, src string, ctx map[string]any) string {
 	return got
 }
 
+// expectRenders renders each template of cases with ctx and fails the
+// test for each output that is not the one it maps to.
+func expectRenders(t *testing.T, ctx map[string]any, cases map[string]string) {
+	t.Helper()
+	for src, want := range cases {
+		if got := render(t, src, ctx); got != want {
+			t.Errorf("%s = %q, want %q", src, got, want)
+		}
+	}
+}
+
 // TestSliceLenCountsPythonSlices checks sliceLen against stepping through
 // the range, and list, tuple and string slices against Python's answers.
 func TestSliceLenCountsPythonSlices(t *testing.T) {
@@ -117,7 +128,7 @@ func TestSliceLenCountsPythonSlices(t *testing.T) {
 		}
 	}
 	ctx := map[string]any{"xs": []any{0, 1, 2, 3, 4, 5, 6}, "s": "héllo wörld"}
-	for src, want := range map[string]string{
+	expectRenders(t, ctx, map[string]string{
 		"{{ xs[::-1] }}":          "[6, 5, 4, 3, 2, 1, 0]",
 		"{{ xs[1:6:2] }}":         "[1, 3, 5]",
 		"{{ xs[5:1:-3] }}":        "[5, 2]",
@@ -129,11 +140,7 @@ func TestSliceLenCountsPythonSlices(t *testing.T) {
 		"{{ s[::-1] }}":           "dlröw olléh",
 		"{{ s[1::3] }}":           "éoöd",
 		"{{ 'abcdef'[-1:0:-2] }}": "fdb",
-	} {
-		if got := render(t, src, ctx); got != want {
-			t.Errorf("%s = %q, want %q", src, got, want)
-		}
-	}
+	})
 }
 
 // TestIsDefinedOnANameMatchesEvaluatingIt: `name is defined` is answered
@@ -272,7 +279,7 @@ func TestAppendChatAllocations(t *testing.T) {
 // TestStartswithTakesAStringOrATuple: one prefix is kept in the caller's
 // array; a tuple of them still works, and anything else fails as in Python.
 func TestStartswithTakesAStringOrATuple(t *testing.T) {
-	for src, want := range map[string]string{
+	expectRenders(t, nil, map[string]string{
 		"{{ 'abc'.startswith('ab') }}":           "True",
 		"{{ 'abc'.startswith('b') }}":            "False",
 		"{{ 'abc'.startswith('b', 1) }}":         "True",
@@ -281,11 +288,7 @@ func TestStartswithTakesAStringOrATuple(t *testing.T) {
 		"{{ 'abc'.startswith(('x', 'a')) }}":     "True",
 		"{{ 'abc'.endswith(('x', 'y')) }}":       "False",
 		"{{ 'abc'.endswith(('x', 'c'), 0, 3) }}": "True",
-	} {
-		if got := render(t, src, nil); got != want {
-			t.Errorf("%s = %q, want %q", src, got, want)
-		}
-	}
+	})
 	tpl, err := Parse("{{ 'abc'.startswith(1) }}")
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +302,7 @@ func TestStartswithTakesAStringOrATuple(t *testing.T) {
 // dict as its attributes; every call has its own, and a namespace never
 // shares storage with a dict it was built from.
 func TestNamespaceOwnsItsAttributes(t *testing.T) {
-	for src, want := range map[string]string{
+	expectRenders(t, nil, map[string]string{
 		"{% set o = namespace(first=none, second=none) %}{% for i in [1, 2] %}{% set x = namespace(n=i) %}" +
 			"{% if i == 1 %}{% set o.first = x %}{% else %}{% set o.second = x %}{% endif %}{% endfor %}" +
 			"{% set f = o.first %}{% set f.n = 5 %}{{ o.first.n }} {{ o.second.n }}": "5 2",
@@ -307,11 +310,7 @@ func TestNamespaceOwnsItsAttributes(t *testing.T) {
 		"{% set d = {'a': 1} %}{% set ns = namespace(d, b=2) %}{% set ns.a = 3 %}{{ d.a }} {{ ns.a }}{{ ns.b }}": "1 32",
 		"{% set ns = namespace(b=1, a=2) %}{% set ns.c = 3 %}{% set ns.b = 4 %}{{ ns.b }}{{ ns.a }}{{ ns.c }}":   "423",
 		"{% set ns = namespace() %}{% set ns.x = 1 %}{{ ns.x }}":                                                 "1",
-	} {
-		if got := render(t, src, nil); got != want {
-			t.Errorf("%s = %q, want %q", src, got, want)
-		}
-	}
+	})
 }
 
 // TestBorrowedDecodeCarvesDictsThatStayApart: a borrowed decode takes
@@ -392,17 +391,13 @@ func TestMethodSetsAnswerAsTheMethodTables(t *testing.T) {
 			}
 		}
 	}
-	for src, want := range map[string]string{
+	expectRenders(t, map[string]any{"d": map[string]any{"get": 1}}, map[string]string{
 		"{{ d.items()|list }}":          "[('get', 1)]",
 		"{{ d['get'] }}":                "1",
 		"{{ (1, 2, 2).count(2) }}":      "2",
 		"{{ 'a-b'.split('-')|length }}": "2",
 		"{{ d.missing is defined }}":    "False",
-	} {
-		if got := render(t, src, map[string]any{"d": map[string]any{"get": 1}}); got != want {
-			t.Errorf("%s = %q, want %q", src, got, want)
-		}
-	}
+	})
 	tpl, err := Parse("{% if false %}{{ x|nosuchfilter }}{{ x is nosuchtest }}{% endif %}ok")
 	if err != nil {
 		t.Fatal(err)
