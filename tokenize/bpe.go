@@ -341,23 +341,20 @@ func (b *bpeModel) allFallback(ch string) bool {
 // merge applies the merges to a word, lowest rank first and leftmost among
 // equal ranks, as tokenizers' Word::merge_all does with its priority queue.
 func (b *bpeModel) merge(ids []int, w string, st *scratch) []int {
-	var syms []int32
-	if b.bytePairRanks != nil && len(w) <= maxScanSymbols {
-		// A symbol a byte, and the first pairs' ranks from the byte-pair
-		// table rather than the pair cache.
-		syms = st.syms[:0]
-		for i := 0; i < len(w); i++ {
-			syms = append(syms, b.byteIDs[w[i]])
-		}
+	syms := b.initialSymbols(w, st.syms[:0])
+	switch {
+	case len(syms) > maxScanSymbols:
+		syms = b.mergeHeap(syms, st)
+	case b.bytePairRanks != nil:
+		// A symbol a byte (allBytes), and the first pairs' ranks from the
+		// byte-pair table rather than the pair cache.
 		ranks := st.ranks[:0]
 		for i := 1; i < len(w); i++ {
 			ranks = append(ranks, b.bytePairRanks[uint16(w[i-1])<<8|uint16(w[i])])
 		}
 		syms = b.mergeRanked(syms, ranks, st)
-	} else if syms = b.initialSymbols(w, st.syms[:0]); len(syms) <= maxScanSymbols {
+	default:
 		syms = b.mergeSmall(syms, st)
-	} else {
-		syms = b.mergeHeap(syms, st)
 	}
 	for _, id := range syms {
 		ids = append(ids, int(id))
