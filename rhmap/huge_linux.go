@@ -28,9 +28,13 @@ const hugePageBytes = 2 << 20
 // the advice does not take (THP not built in, part of the range only
 // reserved), the table stays on base pages as before.
 func adviseHuge(p unsafe.Pointer, n uintptr) {
-	lo := uintptr(p) &^ (hugePageBytes - 1)
-	hi := (uintptr(p) + n + hugePageBytes - 1) &^ (hugePageBytes - 1)
+	lo, hi := hugeAround(uintptr(p), n)
 	syscall.Syscall(syscall.SYS_MADVISE, lo, hi-lo, syscall.MADV_HUGEPAGE)
+}
+
+// hugeAround is the n bytes at p rounded out to huge-page boundaries.
+func hugeAround(p, n uintptr) (lo, hi uintptr) {
+	return p &^ (hugePageBytes - 1), (p + n + hugePageBytes - 1) &^ (hugePageBytes - 1)
 }
 
 // collapseHuge asks Linux (6.1 and later; earlier ones refuse, and nothing
@@ -55,8 +59,7 @@ func adviseHuge(p unsafe.Pointer, n uintptr) {
 func collapseHuge(segs []segSpan) {
 	last := ^uintptr(0)
 	for _, sg := range segs {
-		lo := uintptr(sg.p) &^ (hugePageBytes - 1)
-		hi := (uintptr(sg.p) + sg.n + hugePageBytes - 1) &^ (hugePageBytes - 1)
+		lo, hi := hugeAround(uintptr(sg.p), sg.n)
 		if lo == last {
 			lo += hugePageBytes
 		}
