@@ -37,6 +37,14 @@ func (ix *Index) SweepExpired() {
 	}
 }
 
+// sweepAllSpeculative drops every pool's expired speculative entries.
+func (ix *Index) sweepAllSpeculative() {
+	now := ix.nowTick()
+	for _, p := range *ix.pools.Load() {
+		ix.sweepSpeculative(p, now, false)
+	}
+}
+
 // sweepSpeculative drops a pool's speculative entries that expired before
 // now (all of them when all is set) and shrinks the shards' maps.
 func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {

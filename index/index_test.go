@@ -313,6 +313,38 @@ func TestCapEnforcedInBackgroundWithinSlack(t *testing.T) {
 	}
 }
 
+// TestRunSweepsSpeculativeEntriesAtTheirOwnInterval: Run drops expired
+// speculative entries every SpeculativeTTL/2, long before the block
+// entries' interval (TTL/20, here 5 s), and leaves live block entries.
+func TestRunSweepsSpeculativeEntriesAtTheirOwnInterval(t *testing.T) {
+	f := newFixture(t, 1, Options{TTL: time.Hour, SpeculativeTTL: 200 * time.Millisecond})
+	if all, spec := f.ix.sweepIntervals(); all != 5*time.Second || spec != 100*time.Millisecond {
+		t.Fatalf("sweep intervals = %v, %v; want 5s, 100ms", all, spec)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.ix.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	f.ix.Store(f.r[0], keys(0, 10), TierGPU)
+	f.ix.StoreSpeculative(f.r[0], keys(100, 150))
+	p := f.ix.pool(f.pool)
+	if got := p.specs.Load(); got != 50 {
+		t.Fatalf("speculative entries = %d, want 50", got)
+	}
+	f.clock.Advance(time.Second) // the speculative entries expire
+	deadline := time.Now().Add(2 * time.Second)
+	for p.specs.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d expired speculative entries left after 2 s", p.specs.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got, total := f.ix.Entries(f.pool), f.ix.TotalEntries(); got != 10 || total != 10 {
+		t.Fatalf("entries = %d, total %d; want 10, 10", got, total)
+	}
+	equalRuns(t, f.ix.LookupRoute(f.pool, keys(0, 10), nil), map[ReplicaID]int{f.r[0].ID: 10})
+}
+
 func TestClearForgetsOnlyThatReplica(t *testing.T) {
 	f := newFixture(t, 2, Options{})
 	a, b := f.r[0], f.r[1]
