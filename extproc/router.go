@@ -507,6 +507,7 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 	if p != nil {
 		pools = []*pool{p}
 	}
+	now := r.ix.Now()
 	for _, pp := range pools {
 		eps := pp.endpoints()
 		for i := range eps {
@@ -516,7 +517,7 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 				rec.ineligible(slot, IneligibleSubset)
 				continue
 			}
-			st, ok := r.ix.ReplicaAt(ep.Replica, r.o().PrefillTokensPerSecond)
+			st, ok := r.ix.ReplicaAt(ep.Replica, r.o().PrefillTokensPerSecond, now)
 			if !ok {
 				rec.ineligible(slot, IneligibleUnknown)
 				continue

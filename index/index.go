@@ -141,6 +141,9 @@ func New(opts Options) *Index {
 	return ix
 }
 
+// Now is the index's clock (Options.Now, else time.Now).
+func (ix *Index) Now() time.Time { return ix.now() }
+
 // nowTick is the current time in ticks since the index started; never 0 so
 // that a zero seen value is always stale.
 func (ix *Index) nowTick() uint32 {

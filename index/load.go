@@ -278,16 +278,18 @@ func (ix *Index) EndWork(r Replica, t Ticket) {
 // Replica returns a snapshot of one replica; PendingTokens is drained to now
 // at the replica's learned rate, or at defaultRate while none is learned.
 func (ix *Index) Replica(r Replica) (ReplicaState, bool) {
-	return ix.ReplicaAt(r, 0)
+	return ix.ReplicaAt(r, 0, ix.Now())
 }
 
-// ReplicaAt is Replica with the drain rate to use until one is learned.
-func (ix *Index) ReplicaAt(r Replica, defaultRate float64) (ReplicaState, bool) {
+// ReplicaAt is Replica at time now (the index's clock, Now: a router
+// snapshotting every candidate of a decision reads it once) with the drain
+// rate to use until one is learned.
+func (ix *Index) ReplicaAt(r Replica, defaultRate float64, now time.Time) (ReplicaState, bool) {
 	rs := ix.replicaState(r)
 	if rs == nil {
 		return ReplicaState{}, false
 	}
-	return rs.snapshot(r, ix.now(), defaultRate), true
+	return rs.snapshot(r, now, defaultRate), true
 }
 
 // Replicas returns snapshots of a pool's replicas, by id.

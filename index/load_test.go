@@ -39,7 +39,7 @@ func TestPrefillQueueDrainsAndEnds(t *testing.T) {
 	t1 := f.ix.BeginWork(a, 3000, 1000)
 	t2 := f.ix.BeginWork(a, 2000, 1000)
 	pending := func(rate float64) float64 {
-		st, _ := f.ix.ReplicaAt(a, rate)
+		st, _ := f.ix.ReplicaAt(a, rate, f.ix.Now())
 		return st.PendingTokens
 	}
 	if p := pending(1000); p != 5000 {
