@@ -72,6 +72,7 @@ type openAIBody struct {
 	Prompt           json.RawMessage
 	Messages         json.RawMessage
 	CacheSalt        string // null is "", as absent
+	SaltGiven        bool   // the last cache_salt was a string, not null
 	AddSpecialTokens *bool
 }
 
@@ -100,9 +101,10 @@ func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 			b.Messages = value
 		case "cache_salt":
 			if string(value) == "null" {
-				b.CacheSalt = "" // a later null clears an earlier salt, as json.loads keeps the last
+				b.CacheSalt, b.SaltGiven = "", false // a later null clears an earlier salt, as json.loads keeps the last
 				return nil
 			}
+			b.SaltGiven = true
 			return decodeString(value, &b.CacheSalt)
 		case "add_special_tokens":
 			return json.Unmarshal(value, &b.AddSpecialTokens)
@@ -114,6 +116,11 @@ func ParseRequest(path string, body []byte, lim Limits) (*Request, error) {
 	}
 	r := &rb.Request
 	r.Model, r.Body, r.CacheSalt = b.Model, body, b.CacheSalt
+	if b.SaltGiven && b.CacheSalt == "" {
+		// vLLM's request models reject it ("must be a non-empty string if
+		// provided"): the engine answers 400 wherever it is routed.
+		return r, fmt.Errorf("%w: cache_salt is an empty string, which vLLM rejects", errUnsupported)
+	}
 	isChat := strings.HasSuffix(pathOnly(path), "/chat/completions") || (len(b.Messages) > 0 && len(b.Prompt) == 0)
 	switch {
 	case isChat:

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -161,5 +162,16 @@ func TestParseRequestAllocatesTheRequestAndTheModel(t *testing.T) {
 	}
 	if _, err := ParseRequest("/v1/chat/completions", []byte(`{"model":"m","messages":[],"cache_salt":5}`), Limits{}); err == nil {
 		t.Error("a numeric cache_salt is accepted")
+	}
+	// vLLM rejects an empty salt (a null one is absent); the Request still
+	// names the model, so the router can answer by its pool.
+	for _, salt := range []string{`""`, `"a","cache_salt":""`, `null,"cache_salt":""`} {
+		r, err := ParseRequest("/v1/chat/completions", []byte(`{"model":"m","messages":[],"cache_salt":`+salt+`}`), Limits{})
+		if !errors.Is(err, errUnsupported) || r == nil || r.Model != "m" {
+			t.Errorf("cache_salt %s: %+v, %v; want the model and errUnsupported", salt, r, err)
+		}
+	}
+	if _, err := ParseRequest("/v1/chat/completions", []byte(`{"model":"m","messages":[],"cache_salt":"","cache_salt":null}`), Limits{}); err != nil {
+		t.Errorf("an empty salt cleared by a later null: %v", err)
 	}
 }
