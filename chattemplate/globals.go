@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -19,6 +20,53 @@ type joiner struct {
 	used bool
 }
 
+// cycler is what cycler(*items) returns (jinja2.utils.Cycler, 3.1.6):
+// next() gives the current item and moves on, wrapping; current is the
+// item next() gives; reset() goes back to the first.
+type cycler struct {
+	items Tuple
+	pos   int
+}
+
+func builtinCycler(st *state, args []Value, kw *Dict) (Value, error) {
+	if kw != nil && len(kw.keys) > 0 {
+		return nil, typeErrorf("Cycler.__init__() got an unexpected keyword argument '%s'", strValue(kw.keys[0]))
+	}
+	if len(args) == 0 {
+		return nil, errorf("RuntimeError", "at least one item has to be provided")
+	}
+	return &cycler{items: slices.Clone(Tuple(args))}, nil
+}
+
+// attr is a cycler's attribute name: its state or a bound method.
+func (c *cycler) attr(name string) Value {
+	switch name {
+	case "current":
+		return c.items[c.pos]
+	case "items":
+		return c.items
+	case "pos":
+		return int64(c.pos)
+	case "next", "reset":
+		return &boundMethod{recv: c, name: name}
+	}
+	return undefinedAttr(c, name)
+}
+
+// call runs a cycler's method name.
+func (c *cycler) call(name string, args []Value) (Value, error) {
+	if len(args) > 0 {
+		return nil, typeErrorf("Cycler.%s() takes 1 positional argument but %d were given", name, len(args)+1)
+	}
+	if name == "reset" {
+		c.pos = 0
+		return nil, nil
+	}
+	v := c.items[c.pos]
+	c.pos = (c.pos + 1) % len(c.items)
+	return v, nil
+}
+
 var globals map[string]Value
 
 func init() {
@@ -28,6 +76,7 @@ func init() {
 		"dict":            &builtinFunc{"dict", builtinDict},
 		"raise_exception": &builtinFunc{"raise_exception", builtinRaise},
 		"strftime_now":    &builtinFunc{"strftime_now", builtinStrftimeNow},
+		"cycler":          &builtinFunc{"cycler", builtinCycler},
 		"joiner": &builtinFunc{"joiner", func(st *state, args []Value, kw *Dict) (Value, error) {
 			return &boundMethod{recv: &joiner{sep: strValue(arg(args, kw, 0, "sep", ", "))}, name: "__call__"}, nil
 		}},

@@ -28,6 +28,8 @@ func (st *state) callMethod(m *boundMethod, args []Value, kw *Dict) (Value, erro
 		return st.seqMethod(r, m.name, args)
 	case *loopObj:
 		return r.call(m.name, args)
+	case *cycler:
+		return r.call(m.name, args)
 	case *joiner:
 		if r.used {
 			return r.sep, nil

@@ -60,6 +60,8 @@ func getAttrOf(obj Value, name string, methods methodSet) (Value, error) {
 		}
 	case *loopObj:
 		return x.attr(name), nil
+	case *cycler:
+		return x.attr(name), nil
 	case *Undefined:
 		return nil, x.err()
 	case float64:

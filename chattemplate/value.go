@@ -346,6 +346,8 @@ func typeName(v Value) string {
 		return "LoopContext"
 	case *joiner:
 		return "Joiner"
+	case *cycler:
+		return "Cycler"
 	case *Macro:
 		return "Macro"
 	case *boundMethod:
@@ -492,21 +494,27 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 			b.WriteByte('>')
 		case *joiner: // joiner(sep) is a jinja2.utils.Joiner, called as itself
 			fmt.Fprintf(b, "<jinja2.utils.Joiner object at 0x7f%010x>", fakeAddr(unsafe.Pointer(r)))
+		case *cycler: // a Python method of jinja2.utils.Cycler
+			fmt.Fprintf(b, "<bound method Cycler.%s of <jinja2.utils.Cycler object at 0x7f%010x>>", x.name, fakeAddr(unsafe.Pointer(r)))
 		default:
 			// CPython: <built-in method get of dict object at 0x7f...>; the
 			// address is arbitrary, its length is kept.
 			fmt.Fprintf(b, "<built-in method %s of %s object at 0x7f%010x>", x.name, typeName(x.recv), fakeAddr(unsafe.Pointer(x)))
 		}
 	case *builtinFunc:
-		// Two of Jinja2's globals are classes, printed without an address.
+		// Three of Jinja2's globals are classes, printed without an address.
 		switch x.name {
 		case "namespace":
 			b.WriteString("<class 'jinja2.utils.Namespace'>")
 		case "dict":
 			b.WriteString("<class 'dict'>")
+		case "cycler":
+			b.WriteString("<class 'jinja2.utils.Cycler'>")
 		default:
 			fmt.Fprintf(b, "<function %s at 0x7f%010x>", x.name, fakeAddr(unsafe.Pointer(x)))
 		}
+	case *cycler:
+		fmt.Fprintf(b, "<jinja2.utils.Cycler object at 0x7f%010x>", fakeAddr(unsafe.Pointer(x)))
 	default:
 		// Any other engine value: printed as an object, never through
 		// strValue, whose fallback is this function.

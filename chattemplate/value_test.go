@@ -86,6 +86,51 @@ func TestPrintingAnyEngineValueTerminates(t *testing.T) {
 	}
 }
 
+// TestCyclerAsJinja2: cycler(*items), a global of Jinja2's default
+// namespace, behaves as jinja2.utils.Cycler in Jinja2 3.1.6's
+// ImmutableSandboxedEnvironment (each expected output printed by it).
+func TestCyclerAsJinja2(t *testing.T) {
+	expectRenders(t, nil, map[string]string{
+		"{% set c = cycler('a','b','c') %}{{ c.next() }}{{ c.next() }}{{ c.current }}{{ c.next() }}{{ c.next() }}{% set _ = c.reset() %}{{ c.current }}": "abccaa",
+		"{% set c = cycler(1, 2) %}{% for m in [1,2,3] %}{{ c.next() }},{% endfor %}":                                                                    "1,2,1,",
+		"{% set c = cycler('a') %}{{ c.items }}|{{ c.pos }}":                                                                                             "('a',)|0",
+		"{% set c = cycler('a') %}{{ c.reset() }}|{{ c is defined }}|{{ c.nope }}|":                                                                      "None|True||",
+		"{% set c = cycler('a','b') %}{% if c %}t{% endif %}":                                                                                            "t",
+		"{{ cycler }}": "<class 'jinja2.utils.Cycler'>",
+		"{% set c = cycler({'r':1}, [2]) %}{{ c.next() }}{{ c.next() }}{{ c.next() }}":              "{'r': 1}[2]{'r': 1}",
+		"{% set c = cycler('a','b') %}{{ c.next() }}{% set d = c %}{{ d.next() }}{{ c.current }}":   "aba",
+		"{% set c = cycler('a','b') %}{% for i in range(3) %}{{ c.next() }}{% endfor %}{{ c.pos }}": "aba1",
+		"{% set c = cycler('a', 2) %}{{ [c.current] }}|{{ c.items|length }}":                        "['a']|2",
+	})
+	for src, want := range map[string]string{
+		"{% set c = cycler() %}x":                  "at least one item has to be provided",
+		"{% set c = cycler(items=1) %}":            "Cycler.__init__() got an unexpected keyword argument 'items'",
+		"{% set c = cycler('a') %}{{ c.next(1) }}": "Cycler.next() takes 1 positional argument but 2 were given",
+		"{% set c = cycler('a') %}{{ c|length }}":  "object of type 'Cycler' has no len()",
+	} {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tpl.Render(nil, RenderOptions{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one saying %q", src, err, want)
+		}
+	}
+	for src, prefix := range map[string]string{
+		"{% set c = cycler('a') %}{{ c }}":          "<jinja2.utils.Cycler object at 0x7f",
+		"{% set c = cycler('a','b') %}{{ c.next }}": "<bound method Cycler.next of <jinja2.utils.Cycler object at 0x7f",
+	} {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Jinja2 prints an address: only the shape can match.
+		if got, err := tpl.Render(nil, RenderOptions{}); err != nil || !strings.HasPrefix(got, prefix) || strings.Count(got, "0x7f") != 1 {
+			t.Errorf("%s = %q, %v; want a repr starting %q", src, got, err, prefix)
+		}
+	}
+}
+
 // TestPrintingEngineObjectsAsJinja2 pins the reprs Jinja2 3.1.6 prints
 // without an address (ImmutableSandboxedEnvironment): the loop, its bound
 // methods and the classes among the globals; a joiner is named by its
