@@ -108,6 +108,26 @@ func exchanges(b *testing.B, client extprocv3.ExternalProcessorClient, w *chatWo
 	wg.Wait()
 }
 
+// decisionServers starts what the GRPCDecisions benchmarks compare: the
+// 2k-token chat workload with its index's sweeper running (as a server runs
+// it) until the benchmark ends, and a client of each server on its own
+// loopback connection: the nop server with gRPC's defaults (with kvroute's
+// stream workers it was a few percent slower at one stream and no faster at
+// 8 or 32) and kvroute's (NewGRPCServer).
+func decisionServers(b *testing.B) (w *chatWorkload, nop, kv extprocv3.ExternalProcessorClient) {
+	w = newChatWorkload(b, 2000)
+	ctx, stop := context.WithCancel(context.Background())
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() { w.router.ix.Run(ctx) })
+	b.Cleanup(func() { stop(); sweeper.Wait() })
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
+	extprocv3.RegisterExternalProcessorServer(g, nopProcessor{})
+	nop = benchServe(b, g)
+	kg, _ := NewGRPCServer(NewServer(w.router, Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)}), nil)
+	kv = benchServe(b, kg)
+	return w, nop, kv
+}
+
 // BenchmarkGRPCDecisions_2kChat measures ext_proc decisions/s for BUFFERED
 // 2k-token chat requests (each with a user turn never seen before, at every
 // stream count: the bodies are numbered through the whole run) at 1, 8
@@ -124,23 +144,8 @@ func exchanges(b *testing.B, client extprocv3.ExternalProcessorClient, w *chatWo
 // The kvroute sub-benchmark reports its rate as a percentage of the nop
 // rate measured just before it (target ≥ 70 %, issue 18).
 func BenchmarkGRPCDecisions_2kChat(b *testing.B) {
-	w := newChatWorkload(b, 2000)
-	// The index sweeps expired (speculative) entries as a server's does.
-	ctx, stop := context.WithCancel(context.Background())
-	var sweeper sync.WaitGroup
-	sweeper.Go(func() { w.router.ix.Run(ctx) })
-	defer sweeper.Wait()
-	defer stop()
+	w, nop, kv := decisionServers(b)
 	var seq atomic.Int64
-	nop := benchServe(b, func() *grpc.Server {
-		// gRPC's defaults: with kvroute's stream workers the nop server was
-		// a few percent slower at one stream and no faster at 8 or 32.
-		g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
-		extprocv3.RegisterExternalProcessorServer(g, nopProcessor{})
-		return g
-	}())
-	g, _ := NewGRPCServer(NewServer(w.router, Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)}), nil)
-	kv := benchServe(b, g)
 	for _, streams := range []int{1, 8, 32} {
 		var ceiling float64
 		b.Run(fmt.Sprintf("streams=%d/server=nop", streams), func(b *testing.B) {
@@ -170,18 +175,8 @@ const interleavedSlices = 20
 // percentage of nop's (the issue 18 target is ≥ 70 %); ns/op covers both
 // servers' exchanges.
 func BenchmarkGRPCDecisions_2kChatInterleaved(b *testing.B) {
-	w := newChatWorkload(b, 2000)
-	ctx, stop := context.WithCancel(context.Background())
-	var sweeper sync.WaitGroup
-	sweeper.Go(func() { w.router.ix.Run(ctx) })
-	defer sweeper.Wait()
-	defer stop()
+	w, nop, kv := decisionServers(b)
 	var seq atomic.Int64
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
-	extprocv3.RegisterExternalProcessorServer(g, nopProcessor{})
-	nop := benchServe(b, g)
-	kg, _ := NewGRPCServer(NewServer(w.router, Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)}), nil)
-	kv := benchServe(b, kg)
 	for _, streams := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
 			var took [2]time.Duration // nop, kvroute
