@@ -100,6 +100,22 @@ func render(t *testing.T, src string, ctx map[string]any) string {
 	return got
 }
 
+// expectRenderErrors renders each template of cases (parsing must succeed)
+// and fails the test for each render that does not fail with an error
+// containing the text it maps to.
+func expectRenderErrors(t *testing.T, cases map[string]string) {
+	t.Helper()
+	for src, want := range cases {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tpl.Render(nil, RenderOptions{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one saying %q", src, err, want)
+		}
+	}
+}
+
 // expectRenders renders each template of cases with ctx and fails the
 // test for each output that is not the one it maps to.
 func expectRenders(t *testing.T, ctx map[string]any, cases map[string]string) {
@@ -289,13 +305,7 @@ func TestStartswithTakesAStringOrATuple(t *testing.T) {
 		"{{ 'abc'.endswith(('x', 'y')) }}":       "False",
 		"{{ 'abc'.endswith(('x', 'c'), 0, 3) }}": "True",
 	})
-	tpl, err := Parse("{{ 'abc'.startswith(1) }}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tpl.Render(nil, RenderOptions{}); err == nil || !strings.Contains(err.Error(), "startswith first arg must be str or a tuple of str, not int") {
-		t.Errorf("startswith(1): %v", err)
-	}
+	expectRenderErrors(t, map[string]string{"{{ 'abc'.startswith(1) }}": "startswith first arg must be str or a tuple of str, not int"})
 }
 
 // TestNamespaceOwnsItsAttributes: namespace(k=v) keeps the call's keyword
@@ -405,15 +415,7 @@ func TestMethodSetsAnswerAsTheMethodTables(t *testing.T) {
 	if got, err := tpl.Render(nil, RenderOptions{}); got != "ok" || err != nil {
 		t.Errorf("unknown filter and test not evaluated: %q, %v", got, err)
 	}
-	for src, msg := range map[string]string{"{{ 1|nosuchfilter }}": "no filter named 'nosuchfilter'", "{{ 1 is nosuchtest }}": "no test named 'nosuchtest'"} {
-		tpl, err := Parse(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tpl.Render(nil, RenderOptions{}); err == nil || !strings.Contains(err.Error(), msg) {
-			t.Errorf("%s: %v, want %q", src, err, msg)
-		}
-	}
+	expectRenderErrors(t, map[string]string{"{{ 1|nosuchfilter }}": "no filter named 'nosuchfilter'", "{{ 1 is nosuchtest }}": "no test named 'nosuchtest'"})
 }
 
 // TestInternTableFindsExactlyTheInternedStrings: each interned string is
