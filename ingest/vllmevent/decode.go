@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -138,6 +139,28 @@ var ErrMalformed = errors.New("malformed KV event batch")
 // maxExtraKeyDepth bounds nesting inside extra keys (vLLM nests two deep).
 const maxExtraKeyDepth = 8
 
+// The decode budget bounds what one batch may decode into: decodeBudgetBase
+// bytes plus decodeBudgetPerByte a payload byte, counted as the decoder
+// reads each container's length, before it allocates for it (an event is
+// unsafe.Sizeof(Event{}), a hash 32 bytes plus a bin's bytes, a token 4, an
+// extra key 80). Without it, 3-byte events of an unknown type decoded into
+// 280-byte structs, and an extra-key array header claiming as many elements
+// as bytes remained allocated 80 bytes for each: a 32 MiB message, the
+// default ingest.max_message_bytes, could take gigabytes. vLLM's own batches
+// need at most about 10 bytes a payload byte (one-hash BlockRemoved events in
+// the positional layout: 29 bytes each, decoded into an event and a hash).
+const (
+	decodeBudgetBase    = 1 << 20
+	decodeBudgetPerByte = 16
+)
+
+var (
+	sizeofEvent     = int(unsafe.Sizeof(Event{}))
+	sizeofHash      = int(unsafe.Sizeof(blockhash.EventHash{}))
+	sizeofExtraKey  = int(unsafe.Sizeof(ExtraKey{}))
+	sizeofExtraKeys = int(unsafe.Sizeof([]ExtraKey{}))
+)
+
 // Decoder decodes KVEventBatch payloads, reusing its buffers between calls.
 // It is not safe for concurrent use.
 type Decoder struct {
@@ -145,6 +168,7 @@ type Decoder struct {
 	r       bytes.Reader
 	dec     *msgpack.Decoder
 	key     [64]byte
+	budget  int // bytes the batch being decoded may still decode into
 }
 
 // NewDecoder returns a Decoder.
@@ -172,6 +196,7 @@ func (d *Decoder) Decode(payload []byte, dst *EventBatch) (err error) {
 	d.payload = payload
 	d.r.Reset(payload)
 	d.dec.ResetReader(&d.r)
+	d.budget = decodeBudgetBase + decodeBudgetPerByte*len(payload)
 	events := dst.Events[:0]
 	*dst = EventBatch{}
 	defer func() {
@@ -193,12 +218,18 @@ func (d *Decoder) Decode(payload []byte, dst *EventBatch) (err error) {
 	if dst.TS, err = d.float(); err != nil {
 		return fmt.Errorf("batch ts: %w", err)
 	}
+	if math.IsNaN(dst.TS) || math.IsInf(dst.TS, 0) {
+		return errors.New("batch ts: not a finite number") // vLLM sends time.time()
+	}
 	ne, err := d.arrayLen()
 	if err != nil {
 		return fmt.Errorf("batch events: %w", err)
 	}
 	if ne < 0 {
 		return errors.New("batch events: nil")
+	}
+	if err := d.charge(ne, sizeofEvent); err != nil {
+		return fmt.Errorf("batch events: %w", err)
 	}
 	for i := range ne {
 		if len(events) < cap(events) {
@@ -217,7 +248,7 @@ func (d *Decoder) Decode(payload []byte, dst *EventBatch) (err error) {
 			return fmt.Errorf("batch data_parallel_rank: %w", err)
 		}
 		for range n - 3 {
-			if err := d.dec.Skip(); err != nil {
+			if err := d.skip(); err != nil {
 				return fmt.Errorf("batch: %w", err)
 			}
 		}
@@ -275,7 +306,7 @@ func (d *Decoder) arrayEvent(ev *Event) error {
 	seen := 0
 	for i := 1; i < n; i++ {
 		if i-1 >= len(fields) {
-			if err := d.dec.Skip(); err != nil {
+			if err := d.skip(); err != nil {
 				return err
 			}
 			continue
@@ -312,7 +343,7 @@ func (d *Decoder) mapEvent(ev *Event) error {
 		}
 		name, known := fieldName(key)
 		if !known {
-			if err := d.dec.Skip(); err != nil {
+			if err := d.skip(); err != nil {
 				return err
 			}
 			continue
@@ -393,7 +424,7 @@ func (d *Decoder) field(ev *Event, name string) error {
 	case fLocality:
 		ev.Locality, ev.HasLocality, err = d.optStr()
 	default:
-		err = d.dec.Skip()
+		err = d.skip()
 	}
 	return err
 }
@@ -411,13 +442,81 @@ func (d *Decoder) arrayLen() (int, error) {
 	return n, nil
 }
 
+// skip reads past one value of any kind. It replaces msgpack's Decoder.Skip,
+// which recurses once a level of nesting: a payload of nested one-element
+// arrays (one byte a level) overflowed the goroutine stack's 1 GB limit at
+// 8 MiB, a fatal error no recover catches, well within
+// ingest.max_message_bytes. skip keeps a count of the values still to read
+// instead: constant stack, and time linear in the payload, since every value
+// takes at least a byte and a container may announce no more elements than
+// bytes remain. Strs, bins and exts are passed over in the payload; other
+// scalars are left to msgpack's Skip, which does not recurse for them.
+func (d *Decoder) skip() error {
+	for pending := 1; pending > 0; pending-- {
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return err
+		}
+		var n int
+		switch {
+		case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+			n, err = d.arrayLen()
+		case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+			n, err = d.dec.DecodeMapLen()
+			if err == nil && n > d.r.Len()/2 {
+				err = fmt.Errorf("map of %d entries in %d bytes", n, d.r.Len())
+			}
+			n *= 2
+		case msgpcode.IsString(c) || msgpcode.IsBin(c):
+			var size int
+			if size, err = d.dec.DecodeBytesLen(); err == nil {
+				err = d.pass(size)
+			}
+		case msgpcode.IsExt(c):
+			var size int
+			if _, size, err = d.dec.DecodeExtHeader(); err == nil {
+				err = d.pass(size)
+			}
+		default:
+			err = d.dec.Skip()
+		}
+		if err != nil {
+			return err
+		}
+		pending += max(n, 0) // a nil array or map (-1) holds nothing
+	}
+	return nil
+}
+
+// pass reads past size bytes of the payload in place (msgpack's Skip copies
+// them out, allocating up to 1 MiB whatever the payload holds).
+func (d *Decoder) pass(size int) error {
+	if size < 0 || size > d.r.Len() {
+		return fmt.Errorf("value of %d bytes in %d", size, d.r.Len())
+	}
+	_, err := d.r.Seek(int64(size), io.SeekCurrent)
+	return err
+}
+
+// charge takes n items of size bytes each from the decode budget, or fails
+// when they do not fit (n is at most the payload's length, so n*size cannot
+// overflow).
+func (d *Decoder) charge(n, size int) error {
+	if n*size > d.budget {
+		return fmt.Errorf("%d items of %d bytes exceed what is left of the decode budget (%d bytes; %d a payload byte + %d)",
+			n, size, d.budget, decodeBudgetPerByte, decodeBudgetBase)
+	}
+	d.budget -= n * size
+	return nil
+}
+
 func (d *Decoder) isNil() (bool, error) {
 	c, err := d.dec.PeekCode()
 	if err != nil {
 		return false, err
 	}
 	if c == msgpcode.Nil {
-		return true, d.dec.Skip()
+		return true, d.skip()
 	}
 	return false, nil
 }
@@ -485,7 +584,7 @@ func (d *Decoder) optInt() (int, bool, error) {
 		return 0, false, err
 	}
 	if c == msgpcode.Nil {
-		return 0, false, d.dec.Skip()
+		return 0, false, d.skip()
 	}
 	if !isIntCode(c) {
 		return 0, false, fmt.Errorf("want an integer (code %#x)", c)
@@ -538,7 +637,10 @@ func (d *Decoder) keyBytes() ([]byte, error) {
 		return nil, fmt.Errorf("str of %d bytes in %d", n, d.r.Len())
 	}
 	if n > len(d.key) {
-		// Not a field we know: read past it.
+		// Longer than any field name or interned value.
+		if err := d.charge(n, 1); err != nil {
+			return nil, err
+		}
 		buf := make([]byte, n)
 		return buf, d.dec.ReadFull(buf)
 	}
@@ -556,6 +658,9 @@ func (d *Decoder) str() (string, error) {
 		if string(b) == s {
 			return s, nil
 		}
+	}
+	if err := d.charge(len(b), 1); err != nil {
+		return "", err
 	}
 	return string(b), nil
 }
@@ -584,6 +689,9 @@ func (d *Decoder) hash() (blockhash.EventHash, error) {
 		}
 		if n <= 0 || n > 64 || n > d.r.Len() {
 			return blockhash.EventHash{}, fmt.Errorf("hash of %d bytes", n)
+		}
+		if err := d.charge(n, 1); err != nil {
+			return blockhash.EventHash{}, err
 		}
 		raw := make([]byte, n)
 		if err := d.dec.ReadFull(raw); err != nil {
@@ -631,6 +739,9 @@ func (d *Decoder) hashes(dst []blockhash.EventHash) ([]blockhash.EventHash, erro
 	if n < 0 {
 		return dst, errors.New("nil")
 	}
+	if err := d.charge(n, sizeofHash); err != nil {
+		return dst, err
+	}
 	for range n {
 		h, err := d.hash()
 		if err != nil {
@@ -646,10 +757,13 @@ func (d *Decoder) tokens(dst []uint32) ([]uint32, error) {
 	if err != nil || n < 0 {
 		return dst, err
 	}
+	if err := d.charge(n, 4); err != nil {
+		return dst, err
+	}
 	for i := 0; i < n; i++ {
 		if t, ok := d.fastUint(); ok {
 			if t > math.MaxUint32 {
-				return dst, fmt.Errorf("token id %d outside [0, 2^32)", t)
+				return dst, errors.New("token id outside [0, 2^32)")
 			}
 			dst = append(dst, uint32(t))
 			continue
@@ -659,7 +773,7 @@ func (d *Decoder) tokens(dst []uint32) ([]uint32, error) {
 			return dst, err
 		}
 		if t > math.MaxUint32 {
-			return dst, fmt.Errorf("token id %d outside [0, 2^32)", t)
+			return dst, errors.New("token id outside [0, 2^32)")
 		}
 		dst = append(dst, uint32(t))
 	}
@@ -669,6 +783,9 @@ func (d *Decoder) tokens(dst []uint32) ([]uint32, error) {
 func (d *Decoder) extraKeys(dst [][]ExtraKey) ([][]ExtraKey, bool, error) {
 	n, err := d.arrayLen()
 	if err != nil || n < 0 {
+		return dst, false, err
+	}
+	if err := d.charge(n, sizeofExtraKeys); err != nil {
 		return dst, false, err
 	}
 	for range n {
@@ -686,6 +803,9 @@ func (d *Decoder) extraKeys(dst [][]ExtraKey) ([][]ExtraKey, bool, error) {
 		}
 		if x.Kind != ExtraTuple {
 			// vLLM always sends a tuple; a bare value is one-element.
+			if err := d.charge(1, sizeofExtraKey); err != nil {
+				return dst, false, err
+			}
 			x = ExtraKey{Kind: ExtraTuple, Items: []ExtraKey{x}}
 		}
 		if x.Items == nil {
@@ -716,6 +836,9 @@ func (d *Decoder) extraKey(depth int) (ExtraKey, error) {
 		if n < 0 || n > d.r.Len() {
 			return ExtraKey{}, fmt.Errorf("bin of %d bytes", n)
 		}
+		if err := d.charge(n, 1); err != nil {
+			return ExtraKey{}, err
+		}
 		b := make([]byte, n)
 		return ExtraKey{Kind: ExtraBytes, Bytes: b}, d.dec.ReadFull(b)
 	case isIntCode(c):
@@ -730,6 +853,9 @@ func (d *Decoder) extraKey(depth int) (ExtraKey, error) {
 		return ExtraKey{Kind: ExtraInt, Int: n}, err
 	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
 		n, err := d.arrayLen()
+		if err == nil {
+			err = d.charge(n, sizeofExtraKey)
+		}
 		if err != nil {
 			return ExtraKey{}, err
 		}

@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvroute/kvroute/internal/testdata"
 )
@@ -229,6 +234,8 @@ func TestDecodeRejectsMalformedBatches(t *testing.T) {
 		"negative token":        enc(t, []any{1.0, []any{kv{"type", "BlockStored", "block_hashes", []any{1}, "token_ids", []any{-3}}}, 0}),
 		"huge array header":     {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0xff, 0xff, 0xff, 0xff},
 		"trailing bytes":        append(enc(t, []any{1.0, []any{}, 0}), 0xc0),
+		"ts NaN":                enc(t, []any{math.NaN(), []any{}, 0}),
+		"ts infinite":           enc(t, []any{math.Inf(-1), []any{}, 0}),
 	}
 	for name, p := range cases {
 		if _, err := DecodeBatch(p); !errors.Is(err, ErrMalformed) {
@@ -278,4 +285,123 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("decoded batch does not print: %v", err)
 		}
 	})
+}
+
+// nested returns depth one-element arrays (0x91, a byte each) around nil.
+func nested(depth int) []byte {
+	return append(bytes.Repeat([]byte{0x91}, depth), 0xc0)
+}
+
+// TestDecodeSkipsDeepNestingInConstantStack: values the decoder does not
+// know are skipped without recursing. msgpack's own Skip recurses a level
+// of nesting at a time, and an 8 MiB payload of nested arrays (within the
+// default ingest.max_message_bytes of 32 MiB) overflowed the goroutine
+// stack: a fatal error that ends the process, which no recover catches.
+func TestDecodeSkipsDeepNestingInConstantStack(t *testing.T) {
+	deep := nested(8 << 20)
+	batch := append([]byte{0x94, 0x00, 0x90, 0x00}, deep...) // [ts, [], rank, <deep>]
+	var b EventBatch
+	d := NewDecoder()
+	if err := d.Decode(batch, &b); err != nil {
+		t.Fatalf("extra batch element nested 8M deep: %v", err)
+	}
+	if err := d.Decode(batch[:len(batch)-1], &b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("the same, truncated: err = %v, want ErrMalformed", err)
+	}
+	// An unknown map key's value and an unknown positional field, nested.
+	mid := nested(1 << 16)
+	mapEvent := enc(t, kv{"type", "BlockRemoved", "block_hashes", []any{7}})
+	mapEvent[0]++ // one more entry: "future", then the nested value
+	mapEvent = append(append(mapEvent, enc(t, "future")...), mid...)
+	posEvent := append(enc(t, []any{"BlockRemoved", []any{8}, "GPU", nil, nil}), mid...)
+	posEvent[0]++ // one more element: the nested value
+	for name, ev := range map[string][]byte{"map": mapEvent, "positional": posEvent} {
+		p := append([]byte{0x93, 0x00, 0x91}, ev...)
+		p = append(p, 0x00)
+		if err := d.Decode(p, &b); err != nil {
+			t.Fatalf("%s event with a value nested 64k deep: %v", name, err)
+		}
+		if len(b.Events) != 1 || b.Events[0].Type != EventBlockRemoved {
+			t.Fatalf("%s event: %+v", name, b.Events)
+		}
+	}
+}
+
+// FuzzSkipMatchesMsgpack: the decoder's skip reads past exactly the bytes
+// msgpack's Skip does, and fails where it fails (at depths msgpack's
+// recursion survives).
+func FuzzSkipMatchesMsgpack(f *testing.F) {
+	for _, v := range []any{nil, true, 1.5, float32(2), -7, uint64(1 << 63), "str", []byte{1, 2},
+		[]any{1, []any{"a", kv{"k", []any{nil}}}}, kv{"a", 1, "b", kv{"c", []byte("d")}},
+		&msgpack.RawMessage{0xd4, 0x01, 0x02}} {
+		f.Add(enc(f, v))
+	}
+	f.Add(nested(100))
+	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0xdb, 0xff, 0xff, 0xff, 0xff, 'x'})
+	f.Add([]byte{0xc1})
+	d := NewDecoder()
+	f.Fuzz(func(t *testing.T, p []byte) {
+		d.r.Reset(p)
+		d.dec.ResetReader(&d.r)
+		err := d.skip()
+		left := d.r.Len()
+		r := bytes.NewReader(p)
+		wantErr := msgpack.NewDecoder(r).Skip()
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("skip err = %v, msgpack's = %v", err, wantErr)
+		}
+		if err == nil && left != r.Len() {
+			t.Fatalf("skip left %d bytes, msgpack's %d", left, r.Len())
+		}
+	})
+}
+
+// decodeAllocs decodes p with a fresh decoder and returns the bytes
+// allocated meanwhile and the error.
+func decodeAllocs(p []byte) (uint64, error) {
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	var b EventBatch
+	err := NewDecoder().Decode(p, &b)
+	runtime.ReadMemStats(&m1)
+	return m1.TotalAlloc - m0.TotalAlloc, err
+}
+
+// TestDecodeBudgetBoundsWhatABatchAllocates: what a batch decodes into is
+// bounded by its payload's size (16 bytes a payload byte, plus 1 MiB), and
+// checked before allocating; vLLM's densest batches fit.
+func TestDecodeBudgetBoundsWhatABatchAllocates(t *testing.T) {
+	const limit = 64 << 20 // what each hostile payload below may allocate
+	// 1M events of an unknown type, 3 bytes each: ["x"].
+	unknown := []byte{0x93, 0x00, 0xdd, 0x00, 0x10, 0x00, 0x00}
+	unknown = append(unknown, bytes.Repeat([]byte{0x91, 0xa1, 'x'}, 1<<20)...)
+	unknown = append(unknown, 0x00)
+	// One event whose extra_keys hold a tuple of 4M one-byte integers.
+	extra := enc(t, kv{"type", "BlockStored", "block_hashes", []any{1}, "extra_keys", nil})
+	extra = extra[:len(extra)-1] // drop the nil: the array goes there
+	extra = append(extra, 0x91, 0xdd, 0x00, 0x40, 0x00, 0x00)
+	extra = append(extra, bytes.Repeat([]byte{0x01}, 4<<20)...)
+	extra = append(append([]byte{0x93, 0x00, 0x91}, extra...), 0x00)
+	for name, p := range map[string][]byte{"1M unknown events": unknown, "4M-element extra key": extra} {
+		alloc, err := decodeAllocs(p)
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "decode budget") {
+			t.Errorf("%s (%d bytes): err = %v, want the decode budget's", name, len(p), err)
+		}
+		if alloc > limit {
+			t.Errorf("%s (%d bytes): allocated %d bytes", name, len(p), alloc)
+		}
+	}
+	// vLLM's densest layout: 100k one-hash BlockRemoved events, positional.
+	ev := enc(t, []any{"BlockRemoved", []any{uint64(1 << 63)}, "GPU", nil, nil})
+	dense := append([]byte{0x93, 0x00, 0xdd, 0x00, 0x01, 0x86, 0xa0}, bytes.Repeat(ev, 100_000)...)
+	dense = append(dense, 0x00)
+	var b EventBatch
+	if err := NewDecoder().Decode(dense, &b); err != nil || len(b.Events) != 100_000 {
+		t.Fatalf("100k one-hash BlockRemoved events (%d bytes): %d events, err %v", len(dense), len(b.Events), err)
+	}
+	if per := float64(sizeofEvent+sizeofHash) / float64(len(ev)); per > decodeBudgetPerByte*0.8 {
+		t.Errorf("a one-hash BlockRemoved event decodes into %.1f bytes a payload byte, too close to the budget's %d", per, decodeBudgetPerByte)
+	}
 }
