@@ -70,6 +70,8 @@ const (
 type frameLimit struct {
 	maxMessageBytes uint64
 	onRefuse        func(r refusal)
+	// handshakeTimeout overrides zmtpHandshakeTimeout when positive (tests).
+	handshakeTimeout time.Duration
 }
 
 // refusal describes one connection closed for an oversize frame.
@@ -162,15 +164,29 @@ func (l cappedListener) Accept() (net.Conn, error) {
 	return newCappedConn(c, l.lim), nil
 }
 
-// cappedConn checks the bytes zmq4 reads before handing them over.
+// zmtpHandshakeTimeout bounds a capped connection's ZMTP handshake, from
+// the connection to the end of the peer's first command (its READY), as
+// libzmq's ZMQ_HANDSHAKE_IVL (30 s by default) does. zmq4 sets no deadline
+// of its own: a peer that connected and sent nothing held a connection
+// kvroute dialled, or one a bound socket accepted, forever.
+const zmtpHandshakeTimeout = 30 * time.Second
+
+// cappedConn checks the bytes zmq4 reads before handing them over, and
+// bounds the handshake in time.
 type cappedConn struct {
 	net.Conn
-	lim  *frameLimit
-	scan zmtpScanner
-	err  error // sticky: once refused, every read fails
+	lim        *frameLimit
+	scan       zmtpScanner
+	err        error // sticky: once refused, every read fails
+	handshaken bool  // the handshake deadline is cleared
 }
 
 func newCappedConn(c net.Conn, lim *frameLimit) *cappedConn {
+	timeout := zmtpHandshakeTimeout
+	if lim.handshakeTimeout > 0 {
+		timeout = lim.handshakeTimeout
+	}
+	_ = c.SetDeadline(time.Now().Add(timeout))
 	return &cappedConn{Conn: c, lim: lim, scan: zmtpScanner{maxMessageBytes: lim.maxMessageBytes}}
 }
 
@@ -190,6 +206,10 @@ func (c *cappedConn) Read(p []byte) (int, error) {
 		c.err = fmt.Errorf("%w: %v", errOversize, serr)
 		_ = c.Conn.Close()
 		return 0, c.err
+	}
+	if !c.handshaken && c.scan.commandSeen {
+		c.handshaken = true
+		_ = c.Conn.SetDeadline(time.Time{})
 	}
 	return n, err
 }
@@ -220,6 +240,7 @@ type zmtpScanner struct {
 	body            uint64 // body bytes still to pass
 	message         uint64 // bytes of the current multipart message so far
 	inHeader        bool
+	commandSeen     bool // a whole command frame (the peer's READY first) has passed
 }
 
 // scan consumes b; the error is a refusal (the stream is then unusable).
@@ -237,6 +258,9 @@ func (s *zmtpScanner) scan(b []byte) error {
 			}
 			s.body -= n
 			b = b[n:]
+			if s.body == 0 && s.flags&zmtpFlagCommand != 0 {
+				s.commandSeen = true
+			}
 		case !s.inHeader:
 			s.flags = b[0]
 			b = b[1:]
@@ -271,6 +295,7 @@ func (s *zmtpScanner) frame() error {
 	}
 	if s.flags&zmtpFlagCommand != 0 {
 		s.body = size // commands are single frames, counted on their own
+		s.commandSeen = s.commandSeen || size == 0
 		return nil
 	}
 	msg := s.message + size // both ≤ max ≤ 2^63: no overflow

@@ -183,6 +183,173 @@ func TestOversizeFrameOnConnectedSubscriberAndReplayIsRefused(t *testing.T) {
 	})
 }
 
+// malformedReadys are READY commands whose metadata stops short: a
+// property name with no value length after it, a name longer than what
+// follows, and a value length cut off after two bytes. zmq4 v0.17.0 sliced
+// past the frame on each (third_party/zmq4/KVROUTE.md).
+var malformedReadys = [][]byte{
+	zmtpFrame(zmtpFlagCommand, []byte("\x05READY\x01a")),
+	zmtpFrame(zmtpFlagCommand, []byte("\x05READY\x02a")),
+	zmtpFrame(zmtpFlagCommand, []byte("\x05READY\x0bSocket-Type\x00\x00")),
+}
+
+// TestMalformedReadyIsRefused: a peer on ingest.bind and an engine kvroute
+// connects to that send a READY whose metadata stops short are
+// disconnected, and kvroute goes on serving engines. With zmq4 v0.17.0's
+// metadata parsing the first one ended the process from zmq4's accept
+// goroutine (a panic no recover in kvroute could catch).
+func TestMalformedReadyIsRefused(t *testing.T) {
+	st := steps(t)
+	hostile := make([]replicaSpec, len(malformedReadys))
+	hungUp := make([]<-chan struct{}, len(malformedReadys))
+	for i, ready := range malformedReadys {
+		var ep string
+		ep, hungUp[i] = peerServer(t, ready)
+		hostile[i] = replicaSpec{name: fmt.Sprintf("bad%d", i), events: ep}
+	}
+	start(t, baseConfig(poolConfig("p", keysTokens, hostile...)))
+	for i := range hungUp {
+		select {
+		case <-hungUp[i]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("kvroute kept its connection to engine %d after its malformed READY", i)
+		}
+	}
+	bind := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Settings.Bind = bind
+	h := start(t, cfg)
+	for _, ready := range malformedReadys {
+		var c net.Conn
+		waitFor(t, "dial the bound socket", func() bool {
+			var err error
+			c, err = net.Dial("tcp", strings.TrimPrefix(bind, "tcp://"))
+			return err == nil
+		})
+		if _, err := c.Write(append(zmtpGreeting(), ready...)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+			t.Fatalf("kvroute did not close the connection: %v", err)
+		}
+		c.Close()
+	}
+	p, err := vllmzmq.DialPublisher(bind, "", "engine-a", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	waitSubscribed(t, p)
+	publish(t, p, st[stepPrompt])
+	waitFor(t, "the engine's batch", func() bool { return h.status("a").Batches == 1 })
+}
+
+// TestSilentPeersTimeOutAndBlockNobody: an engine kvroute connects to that
+// accepts and stays silent is hung up on after the handshake timeout (zmq4
+// v0.17.0 set none and waited forever); a peer on ingest.bind that connects
+// and sends nothing neither keeps an engine from connecting after it (zmq4
+// ran each handshake in its accept loop) nor keeps its connection past the
+// timeout.
+func TestSilentPeersTimeOutAndBlockNobody(t *testing.T) {
+	st := steps(t)
+	const timeout = 300 * time.Millisecond
+	shorten := func(m *Manager) {
+		for _, l := range m.limits {
+			l.handshakeTimeout = timeout
+		}
+	}
+	silent, hungUp := silentServer(t)
+	start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "silent", events: silent})), shorten)
+	select {
+	case <-hungUp:
+	case <-time.After(10 * time.Second):
+		t.Fatal("kvroute kept its connection to a silent engine")
+	}
+	// On a bound socket at the default timeout (30 s), an engine comes in
+	// while a silent peer holds its connection; at a short one, the silent
+	// peer is hung up on.
+	for _, short := range []bool{false, true} {
+		bind := freeEndpoint(t)
+		cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+		cfg.Settings.Bind = bind
+		var h *harness
+		if short {
+			h = start(t, cfg, shorten)
+		} else {
+			h = start(t, cfg)
+		}
+		var c net.Conn
+		waitFor(t, "dial the bound socket", func() bool {
+			var err error
+			c, err = net.Dial("tcp", strings.TrimPrefix(bind, "tcp://"))
+			return err == nil
+		})
+		defer c.Close()
+		if short {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.Copy(io.Discard, c); err != nil && !strings.Contains(err.Error(), "reset") {
+				t.Fatalf("the silent peer's connection was not closed: %v", err)
+			}
+			continue
+		}
+		began := time.Now()
+		p, err := vllmzmq.DialPublisher(bind, "", "engine-a", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		waitSubscribed(t, p)
+		publish(t, p, st[stepPrompt])
+		waitFor(t, "the engine's batch while a silent peer is connected", func() bool { return h.status("a").Batches == 1 })
+		if took := time.Since(began); took > zmtpHandshakeTimeout/3 {
+			t.Fatalf("the engine waited %s for a silent peer's handshake", took)
+		}
+	}
+}
+
+// silentServer accepts TCP connections, sends nothing, and reports on
+// hungUp when kvroute closes one (a buffered channel; later ones are not
+// reported).
+func silentServer(t *testing.T) (endpoint string, hungUp <-chan struct{}) {
+	t.Helper()
+	return peerServer(t, nil)
+}
+
+// peerServer accepts TCP connections, sends each a ZMTP greeting and ready
+// (nothing at all when ready is nil), and reports on hungUp when kvroute
+// closes one (a buffered channel; later ones are not reported).
+func peerServer(t *testing.T, ready []byte) (endpoint string, hungUp <-chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, gone := make(chan struct{}), make(chan struct{}, 1)
+	t.Cleanup(func() { l.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			if ready != nil {
+				_, _ = c.Write(append(zmtpGreeting(), ready...))
+			}
+			if _, err := io.Copy(io.Discard, c); err == nil {
+				select {
+				case gone <- struct{}{}:
+				default:
+				}
+			}
+			c.Close()
+		}
+	}()
+	return "tcp://" + l.Addr().String(), gone
+}
+
 // freeEndpoint is a tcp endpoint on 127.0.0.1 nobody listens on.
 func freeEndpoint(t *testing.T) string {
 	t.Helper()

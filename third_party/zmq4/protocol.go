@@ -240,9 +240,17 @@ func (prop Property) Read(data []byte) (n int, err error) {
 }
 
 func (prop *Property) Write(data []byte) (n int, err error) {
+	// kvroute patch (upstream v0.17.0 checks klen against len(data), not
+	// against what follows it, and reads the value length unchecked: a peer's
+	// READY of 8 bytes panicked the accepting goroutine, ending the process;
+	// see third_party/zmq4/KVROUTE.md): the name and the 4-byte value length
+	// must both fit.
+	if len(data) < 1 {
+		return n, io.ErrUnexpectedEOF
+	}
 	klen := int(data[n])
 	n++
-	if klen > len(data) {
+	if n+klen+4 > len(data) {
 		return n, io.ErrUnexpectedEOF
 	}
 

@@ -221,14 +221,26 @@ func (sck *socket) accept() {
 				continue
 			}
 
-			zconn, err := Open(conn, sck.sec, sck.typ, sck.id, true, sck.scheduleRmConn)
-			if err != nil {
-				// FIXME(sbinet): maybe bubble up this error to application code?
-				sck.log.Printf("could not open a ZMTP connection with %q: %+v", sck.ep, err)
-				continue
-			}
+			// kvroute patch (upstream v0.17.0 runs the handshake here, in the
+			// accept loop, and never closes a connection whose handshake
+			// fails: one peer that connects and sends nothing stopped every
+			// later peer from being accepted, and each failed handshake kept
+			// its connection open; see third_party/zmq4/KVROUTE.md): each
+			// handshake runs on its own, and a failed one closes its
+			// connection.
+			go func() {
+				zconn, err := Open(conn, sck.sec, sck.typ, sck.id, true, sck.scheduleRmConn)
+				if err != nil {
+					// FIXME(sbinet): maybe bubble up this error to application code?
+					sck.log.Printf("could not open a ZMTP connection with %q: %+v", sck.ep, err)
+					_ = conn.Close()
+					return
+				}
 
-			sck.addConn(zconn)
+				if !sck.addConn(zconn) {
+					_ = zconn.Close() // the socket closed during the handshake
+				}
+			}()
 		}
 	}
 }
@@ -269,6 +281,7 @@ connect:
 
 	zconn, err := Open(conn, sck.sec, sck.typ, sck.id, false, sck.scheduleRmConn)
 	if err != nil {
+		_ = conn.Close() // kvroute patch: upstream v0.17.0 left it open
 		return fmt.Errorf("zmq4: could not open a ZMTP connection: %w", err)
 	}
 	if zconn == nil {
@@ -280,13 +293,22 @@ connect:
 		go sck.connReaper()
 		sck.reaperStarted = true
 	}
-	sck.addConn(zconn)
+	if !sck.addConn(zconn) {
+		_ = zconn.Close()
+		return fmt.Errorf("zmq4: socket closed while connecting to %q", endpoint)
+	}
 	return nil
 }
 
-func (sck *socket) addConn(c *Conn) {
+// addConn adds c to the socket; false (kvroute patch) when the socket is
+// closed: Close cancels the context before it closes the conns it holds,
+// under mu, so c is either seen closed here or closed by Close.
+func (sck *socket) addConn(c *Conn) bool {
 	sck.mu.Lock()
 	defer sck.mu.Unlock()
+	if sck.ctx.Err() != nil {
+		return false
+	}
 	sck.conns = append(sck.conns, c)
 	if len(c.Peer.Meta[sysSockID]) == 0 {
 		switch c.typ {
@@ -308,6 +330,7 @@ func (sck *socket) addConn(c *Conn) {
 			_ = sck.Send(NewMsg(append([]byte{1}, topic...)))
 		}
 	}
+	return true
 }
 
 func (sck *socket) rmConn(c *Conn) {
