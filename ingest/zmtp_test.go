@@ -80,10 +80,42 @@ func sendHugeHeader(t *testing.T, c net.Conn, size uint64) {
 	if _, err := c.Write(binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, size)); err != nil {
 		t.Fatal(err)
 	}
+	waitHungUp(t, c)
+}
+
+// waitHungUp reads c until kvroute closes it (10 s at most).
+func waitHungUp(t *testing.T, c net.Conn) {
+	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("kvroute did not close the connection: %v", err)
 	}
+}
+
+// dialBound connects to kvroute's bound socket as soon as it listens.
+func dialBound(t *testing.T, bind string) net.Conn {
+	t.Helper()
+	var c net.Conn
+	waitFor(t, "dial the bound socket", func() bool {
+		var err error
+		c, err = net.Dial("tcp", strings.TrimPrefix(bind, "tcp://"))
+		return err == nil
+	})
+	return c
+}
+
+// serveEngine connects an engine publishing on topic to kvroute's bound
+// socket and waits for its first batch to be applied to replica.
+func serveEngine(t *testing.T, h *harness, bind, topic, replica string, payload []byte) {
+	t.Helper()
+	p, err := vllmzmq.DialPublisher(bind, "", topic, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	waitSubscribed(t, p)
+	publish(t, p, payload)
+	waitFor(t, "the engine's batch", func() bool { return h.status(replica).Batches == 1 })
 }
 
 // TestOversizeFrameOnBoundSocketIsRefused: peers that reach ingest.bind and
@@ -97,12 +129,7 @@ func TestOversizeFrameOnBoundSocketIsRefused(t *testing.T) {
 	cfg.Settings.Bind = bind
 	h := start(t, cfg)
 	for _, size := range []uint64{1 << 62, 1 << 40} {
-		var c net.Conn
-		waitFor(t, "dial the bound socket", func() bool {
-			var err error
-			c, err = net.Dial("tcp", strings.TrimPrefix(bind, "tcp://"))
-			return err == nil
-		})
+		c := dialBound(t, bind)
 		rawHandshake(t, c, "PUB")
 		sendHugeHeader(t, c, size)
 		c.Close()
@@ -110,14 +137,7 @@ func TestOversizeFrameOnBoundSocketIsRefused(t *testing.T) {
 	waitFor(t, "refusals counted", func() bool {
 		return h.counter(metricFramesRefused, "socket", sockBind, "reason", refuseFrame) == 2
 	})
-	p, err := vllmzmq.DialPublisher(bind, "", "engine-a", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	waitSubscribed(t, p)
-	publish(t, p, st[stepPrompt])
-	waitFor(t, "the engine's batch", func() bool { return h.status("a").Batches == 1 })
+	serveEngine(t, h, bind, "engine-a", "a", st[stepPrompt])
 	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})); got != 2 {
 		t.Errorf("%d blocks held, want 2", got)
 	}
@@ -126,6 +146,20 @@ func TestOversizeFrameOnBoundSocketIsRefused(t *testing.T) {
 // rawServer accepts ZMTP connections as socketType and answers each with a
 // frame header announcing size bytes.
 func rawServer(t *testing.T, socketType string, size uint64) string {
+	t.Helper()
+	return acceptLoop(t, func(c net.Conn) {
+		if err := tryHandshake(c, socketType); err != nil {
+			return // a dial kvroute gave up on; the next one comes
+		}
+		_, _ = c.Write(binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, size))
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.Copy(io.Discard, c)
+	})
+}
+
+// acceptLoop listens on a loopback port and serves each connection, one at
+// a time, closing it after; the test's cleanup stops it.
+func acceptLoop(t *testing.T, serve func(c net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -140,13 +174,7 @@ func rawServer(t *testing.T, socketType string, size uint64) string {
 			if err != nil {
 				return
 			}
-			if err := tryHandshake(c, socketType); err != nil {
-				c.Close() // a dial kvroute gave up on; the next one comes
-				continue
-			}
-			_, _ = c.Write(binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, size))
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			_, _ = io.Copy(io.Discard, c)
+			serve(c)
 			c.Close()
 		}
 	}()
@@ -220,29 +248,14 @@ func TestMalformedReadyIsRefused(t *testing.T) {
 	cfg.Settings.Bind = bind
 	h := start(t, cfg)
 	for _, ready := range malformedReadys {
-		var c net.Conn
-		waitFor(t, "dial the bound socket", func() bool {
-			var err error
-			c, err = net.Dial("tcp", strings.TrimPrefix(bind, "tcp://"))
-			return err == nil
-		})
+		c := dialBound(t, bind)
 		if _, err := c.Write(append(zmtpGreeting(), ready...)); err != nil {
 			t.Fatal(err)
 		}
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
-			t.Fatalf("kvroute did not close the connection: %v", err)
-		}
+		waitHungUp(t, c)
 		c.Close()
 	}
-	p, err := vllmzmq.DialPublisher(bind, "", "engine-a", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	waitSubscribed(t, p)
-	publish(t, p, st[stepPrompt])
-	waitFor(t, "the engine's batch", func() bool { return h.status("a").Batches == 1 })
+	serveEngine(t, h, bind, "engine-a", "a", st[stepPrompt])
 }
 
 // TestSilentPeersTimeOutAndBlockNobody: an engine kvroute connects to that
@@ -279,29 +292,14 @@ func TestSilentPeersTimeOutAndBlockNobody(t *testing.T) {
 		} else {
 			h = start(t, cfg)
 		}
-		var c net.Conn
-		waitFor(t, "dial the bound socket", func() bool {
-			var err error
-			c, err = net.Dial("tcp", strings.TrimPrefix(bind, "tcp://"))
-			return err == nil
-		})
+		c := dialBound(t, bind)
 		defer c.Close()
 		if short {
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if _, err := io.Copy(io.Discard, c); err != nil && !strings.Contains(err.Error(), "reset") {
-				t.Fatalf("the silent peer's connection was not closed: %v", err)
-			}
+			waitHungUp(t, c)
 			continue
 		}
 		began := time.Now()
-		p, err := vllmzmq.DialPublisher(bind, "", "engine-a", 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		waitSubscribed(t, p)
-		publish(t, p, st[stepPrompt])
-		waitFor(t, "the engine's batch while a silent peer is connected", func() bool { return h.status("a").Batches == 1 })
+		serveEngine(t, h, bind, "engine-a", "a", st[stepPrompt])
 		if took := time.Since(began); took > zmtpHandshakeTimeout/3 {
 			t.Fatalf("the engine waited %s for a silent peer's handshake", took)
 		}
@@ -321,33 +319,19 @@ func silentServer(t *testing.T) (endpoint string, hungUp <-chan struct{}) {
 // closes one (a buffered channel; later ones are not reported).
 func peerServer(t *testing.T, ready []byte) (endpoint string, hungUp <-chan struct{}) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done, gone := make(chan struct{}), make(chan struct{}, 1)
-	t.Cleanup(func() { l.Close(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-			if ready != nil {
-				_, _ = c.Write(append(zmtpGreeting(), ready...))
-			}
-			if _, err := io.Copy(io.Discard, c); err == nil {
-				select {
-				case gone <- struct{}{}:
-				default:
-				}
-			}
-			c.Close()
+	gone := make(chan struct{}, 1)
+	return acceptLoop(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if ready != nil {
+			_, _ = c.Write(append(zmtpGreeting(), ready...))
 		}
-	}()
-	return "tcp://" + l.Addr().String(), gone
+		if _, err := io.Copy(io.Discard, c); err == nil {
+			select {
+			case gone <- struct{}{}:
+			default:
+			}
+		}
+	}), gone
 }
 
 // freeEndpoint is a tcp endpoint on 127.0.0.1 nobody listens on.
