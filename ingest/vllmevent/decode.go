@@ -483,7 +483,7 @@ func (d *Decoder) skip() error {
 		if err != nil {
 			return err
 		}
-		pending += max(n, 0) // a nil array or map (-1) holds nothing
+		pending += n // an array's or map's values; 0 for a scalar
 	}
 	return nil
 }
