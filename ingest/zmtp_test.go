@@ -237,11 +237,7 @@ func TestMalformedReadyIsRefused(t *testing.T) {
 	}
 	start(t, baseConfig(poolConfig("p", keysTokens, hostile...)))
 	for i := range hungUp {
-		select {
-		case <-hungUp[i]:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("kvroute kept its connection to engine %d after its malformed READY", i)
-		}
+		waitHungUpOn(t, hungUp[i], fmt.Sprintf("engine %d after its malformed READY", i))
 	}
 	bind := freeEndpoint(t)
 	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
@@ -272,13 +268,9 @@ func TestSilentPeersTimeOutAndBlockNobody(t *testing.T) {
 			l.handshakeTimeout = timeout
 		}
 	}
-	silent, hungUp := silentServer(t)
+	silent, hungUp := peerServer(t, nil)
 	start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "silent", events: silent})), shorten)
-	select {
-	case <-hungUp:
-	case <-time.After(10 * time.Second):
-		t.Fatal("kvroute kept its connection to a silent engine")
-	}
+	waitHungUpOn(t, hungUp, "a silent engine")
 	// On a bound socket at the default timeout (30 s), an engine comes in
 	// while a silent peer holds its connection; at a short one, the silent
 	// peer is hung up on.
@@ -306,14 +298,6 @@ func TestSilentPeersTimeOutAndBlockNobody(t *testing.T) {
 	}
 }
 
-// silentServer accepts TCP connections, sends nothing, and reports on
-// hungUp when kvroute closes one (a buffered channel; later ones are not
-// reported).
-func silentServer(t *testing.T) (endpoint string, hungUp <-chan struct{}) {
-	t.Helper()
-	return peerServer(t, nil)
-}
-
 // peerServer accepts TCP connections, sends each a ZMTP greeting and ready
 // (nothing at all when ready is nil), and reports on hungUp when kvroute
 // closes one (a buffered channel; later ones are not reported).
@@ -332,6 +316,17 @@ func peerServer(t *testing.T, ready []byte) (endpoint string, hungUp <-chan stru
 			}
 		}
 	}), gone
+}
+
+// waitHungUpOn waits (10 s at most) for peerServer's report that kvroute
+// closed a connection to it; who names the peer in the failure.
+func waitHungUpOn(t *testing.T, hungUp <-chan struct{}, who string) {
+	t.Helper()
+	select {
+	case <-hungUp:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("kvroute kept its connection to %s", who)
+	}
 }
 
 // freeEndpoint is a tcp endpoint on 127.0.0.1 nobody listens on.
