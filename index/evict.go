@@ -19,22 +19,29 @@ func (ix *Index) SweepExpired() {
 	for _, p := range *ix.pools.Load() {
 		var dropped int64
 		for i := range p.shards {
-			s := &p.shards[i]
-			s.mu.Lock()
-			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
-				if now-pe.seen&^cpuFlag > ix.ttlTicks {
-					s.dropLocked(p, i)
-					dropped++
-					i-- // slot i now holds the next key of the run
-				}
-			}
-			s.mu.Unlock()
+			dropped += p.shards[i].sweepExpired(p, now, ix.ttlTicks)
 		}
 		p.entries.Add(-dropped)
 		ix.entries.Add(-dropped)
 		p.m.evictedTTL.Add(float64(dropped))
 		ix.sweepSpeculative(p, now, false)
 	}
+}
+
+// sweepExpired drops s's block entries older than ttl ticks at tick now and
+// returns how many. It takes the shard lock and releases it on every exit,
+// a panic included.
+func (s *shard) sweepExpired(p *pool, now, ttl uint32) (dropped int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+		if stale(now, pe.entry().tick(), ttl) {
+			s.dropLocked(p, i)
+			dropped++
+			i-- // slot i now holds the next key of the run
+		}
+	}
+	return dropped
 }
 
 // sweepAllSpeculative drops every pool's expired speculative entries.
@@ -50,20 +57,28 @@ func (ix *Index) sweepAllSpeculative() {
 func (ix *Index) sweepSpeculative(p *pool, now uint32, all bool) {
 	var dropped int64
 	for i := range p.shards {
-		s := &p.shards[i]
-		s.mu.Lock()
-		for i, pe := s.spec.Next(0); pe != nil; i, pe = s.spec.Next(i + 1) {
-			if all || pe.seen < now { // seen: expiry tick
-				s.spec.DeleteAt(i)
-				dropped++
-				i--
-			}
-		}
-		s.shrinkLocked()
-		s.mu.Unlock()
+		dropped += p.shards[i].sweepSpeculative(now, all)
 	}
 	p.specs.Add(-dropped)
 	ix.entries.Add(-dropped)
+}
+
+// sweepSpeculative drops s's speculative entries that expired before now
+// (all of them when all is set), shrinks its maps and returns how many it
+// dropped. It takes the shard lock and releases it on every exit, a panic
+// included.
+func (s *shard) sweepSpeculative(now uint32, all bool) (dropped int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, pe := s.spec.Next(0); pe != nil; i, pe = s.spec.Next(i + 1) {
+		if all || pe.seen < now { // seen: expiry tick
+			s.spec.DeleteAt(i)
+			dropped++
+			i--
+		}
+	}
+	s.shrinkLocked()
+	return dropped
 }
 
 // syncEvictLine is the counted total past which a writer evicts before
@@ -146,34 +161,21 @@ func (ix *Index) enforceCap(limit int64) {
 	if excess <= 0 {
 		return
 	}
-	// Pass 1: how many entries were last refreshed at each tick age.
+	// Pass 1: how many entries were last refreshed at each tick age. The
+	// scan reads the clock once; writers go on meanwhile, so an entry may
+	// carry a tick after now. Such an entry is the newest there is: it is
+	// neither counted nor evicted this round (ticks.bucket says so).
 	const buckets = 4096
 	var hist [buckets]int64
-	var oldest uint32 = now
+	ticks := tickRange{oldest: now, now: now, buckets: buckets}
 	for _, p := range pools {
 		for i := range p.shards {
-			s := &p.shards[i]
-			s.mu.Lock()
-			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
-				oldest = min(oldest, pe.seen&^cpuFlag)
-			}
-			s.mu.Unlock()
+			ticks.oldest = min(ticks.oldest, p.shards[i].oldestTick(now))
 		}
 	}
-	span := uint64(now-oldest) + 1
-	bucketOf := func(t uint32) int {
-		return int(uint64(t-oldest) * buckets / span)
-	}
 	for _, p := range pools {
 		for i := range p.shards {
-			s := &p.shards[i]
-			s.mu.Lock()
-			for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
-				if t := pe.seen &^ cpuFlag; t >= oldest {
-					hist[bucketOf(t)]++
-				}
-			}
-			s.mu.Unlock()
+			p.shards[i].countTicks(&ticks, hist[:])
 		}
 	}
 	cutoff, sum := 0, int64(0)
@@ -185,8 +187,8 @@ func (ix *Index) enforceCap(limit int64) {
 	}
 	// Pass 2: delete the buckets before the cutoff, then the cutoff bucket
 	// itself until enough are gone.
-	left := ix.evictWhere(pools, excess, func(b int) bool { return b < cutoff }, bucketOf, oldest)
-	ix.evictWhere(pools, left, func(b int) bool { return b == cutoff }, bucketOf, oldest)
+	left := ix.evictWhere(pools, excess, &ticks, func(b int) bool { return b < cutoff })
+	ix.evictWhere(pools, left, &ticks, func(b int) bool { return b == cutoff })
 	// Live speculative entries go only when block entries alone could not
 	// make room (a flood of routed requests, or aliases filling the cap).
 	if ix.entries.Load() > target {
@@ -196,31 +198,79 @@ func (ix *Index) enforceCap(limit int64) {
 	}
 }
 
+// tickRange maps refresh ticks in [oldest, now] onto histogram buckets.
+type tickRange struct {
+	oldest, now uint32
+	buckets     int
+}
+
+// bucket is t's histogram bucket, or false when t lies outside the range:
+// before oldest, or after now (refreshed after the scan read the clock).
+func (r *tickRange) bucket(t uint32) (int, bool) {
+	if t < r.oldest || t > r.now {
+		return 0, false
+	}
+	span := uint64(r.now-r.oldest) + 1
+	return int(uint64(t-r.oldest) * uint64(r.buckets) / span), true
+}
+
+// oldestTick is the oldest refresh tick of s's block entries, at most now.
+// It takes the shard lock and releases it on every exit, a panic included.
+func (s *shard) oldestTick(now uint32) uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	oldest := now
+	for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+		oldest = min(oldest, pe.entry().tick())
+	}
+	return oldest
+}
+
+// countTicks adds s's block entries to hist by refresh-tick bucket. It
+// takes the shard lock and releases it on every exit, a panic included.
+func (s *shard) countTicks(r *tickRange, hist []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+		if b, ok := r.bucket(pe.entry().tick()); ok {
+			hist[b]++
+		}
+	}
+}
+
 // evictWhere deletes up to limit entries whose refresh bucket satisfies pick
 // and returns how many more may go.
-func (ix *Index) evictWhere(pools []*pool, limit int64, pick func(int) bool, bucketOf func(uint32) int, oldest uint32) int64 {
+func (ix *Index) evictWhere(pools []*pool, limit int64, r *tickRange, pick func(int) bool) int64 {
 	for _, p := range pools {
 		var dropped int64
 		for i := range p.shards {
 			if limit <= 0 {
 				break
 			}
-			s := &p.shards[i]
-			s.mu.Lock()
-			for i, pe := s.m.Next(0); pe != nil && limit > 0; i, pe = s.m.Next(i + 1) {
-				if t := pe.seen &^ cpuFlag; t >= oldest && pick(bucketOf(t)) {
-					s.dropLocked(p, i)
-					dropped++
-					limit--
-					i-- // slot i now holds the next key of the run
-				}
-			}
-			s.shrinkLocked()
-			s.mu.Unlock()
+			d := p.shards[i].evictWhere(p, limit, r, pick)
+			dropped += d
+			limit -= d
 		}
 		p.entries.Add(-dropped)
 		ix.entries.Add(-dropped)
 		p.m.evictedCap.Add(float64(dropped))
 	}
 	return limit
+}
+
+// evictWhere deletes up to limit of s's block entries whose refresh bucket
+// satisfies pick, shrinks its maps and returns how many it deleted. It takes
+// the shard lock and releases it on every exit, a panic included.
+func (s *shard) evictWhere(p *pool, limit int64, r *tickRange, pick func(int) bool) (dropped int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, pe := s.m.Next(0); pe != nil && dropped < limit; i, pe = s.m.Next(i + 1) {
+		if b, ok := r.bucket(pe.entry().tick()); ok && pick(b) {
+			s.dropLocked(p, i)
+			dropped++
+			i-- // slot i now holds the next key of the run
+		}
+	}
+	s.shrinkLocked()
+	return dropped
 }

@@ -226,15 +226,23 @@ func (ix *Index) RemoveReplica(r Replica) {
 	if p == nil || p.live(r) == nil {
 		return
 	}
+	if p.retire(r) {
+		ix.clearBit(p, r.ID)
+	}
+}
+
+// retire frees r's slot for a new generation and reports whether r was
+// live. It takes the replicas lock and releases it on every exit, a panic
+// included.
+func (p *pool) retire(r Replica) bool {
 	p.replicasMu.Lock()
+	defer p.replicasMu.Unlock()
 	if p.live(r) == nil {
-		p.replicasMu.Unlock()
-		return
+		return false
 	}
 	p.replicas[r.ID].Store(nil)
 	p.gens[r.ID]++
-	p.replicasMu.Unlock()
-	ix.clearBit(p, r.ID)
+	return true
 }
 
 // Run sweeps expired entries and enforces the entry cap until ctx is done.

@@ -171,14 +171,20 @@ func (ix *Index) SetLoad(r Replica, l Load, at time.Time) {
 	if rs == nil {
 		return
 	}
+	rs.setLoad(l, at)
+	rs.startedSinceLoad.Store(0)
+}
+
+// setLoad is SetLoad under rs's lock, released on every exit, a panic
+// included.
+func (rs *replicaState) setLoad(l Load, at time.Time) {
 	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	rs.load, rs.loadAt = l, at
 	rs.inFlightAtLoad = rs.inFlight.Load()
 	if !rs.havePrev || rs.learn(rs.prev, l) {
 		rs.prev, rs.havePrev = l, true
 	}
-	rs.mu.Unlock()
-	rs.startedSinceLoad.Store(0)
 }
 
 // minLearnRequests is the fewest prefills a learning window spans: the
@@ -226,8 +232,8 @@ func (ix *Index) SetHealthy(r Replica, healthy bool) {
 		return
 	}
 	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	rs.healthy = healthy
-	rs.mu.Unlock()
 }
 
 // BeginRequest counts a request the router sent to r (no prefill work).
@@ -267,12 +273,12 @@ func (ix *Index) EndWork(r Replica, t Ticket) {
 		rs.inFlight.Store(0)
 	}
 	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	rs.work.drain(ix.now(), rs.work.rate)
 	rs.work.drained = math.Min(rs.work.added, math.Max(rs.work.drained, t.upTo))
 	if rs.inFlight.Load() == 0 {
 		rs.work.drained = rs.work.added
 	}
-	rs.mu.Unlock()
 }
 
 // Replica returns a snapshot of one replica; PendingTokens is drained to now

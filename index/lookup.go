@@ -51,30 +51,7 @@ func (ix *Index) LookupRoute(pool PoolID, keys []BlockKey, dst []Match) []Match 
 	n := 0
 	for from, size := 0, firstLookupBatch; from < len(keys); from, size = from+size, min(2*size, maxLookupBatch) {
 		batch := keys[from:min(from+size, len(keys))]
-		locked := p.lockShards(batch)
-		for j, k := range batch {
-			held, cpu := p.shardOf(k).holdersLocked(k, now, ix.ttlTicks)
-			i := from + j
-			if i == 0 {
-				active = held
-			}
-			if out := active &^ held; out != 0 {
-				for s := out; s != 0; s &= s - 1 {
-					runEnd[bits.TrailingZeros64(s)] = int32(i)
-				}
-				active &= held
-			}
-			if active == 0 {
-				break
-			}
-			n = i + 1
-			if c := cpu & active; c != 0 {
-				for s := c; s != 0; s &= s - 1 {
-					cpuOnly[bits.TrailingZeros64(s)]++
-				}
-			}
-		}
-		p.unlockShards(locked)
+		active, n = p.walkBatch(batch, from, now, ix.ttlTicks, active, n, &runEnd, &cpuOnly)
 		if active == 0 {
 			break
 		}
@@ -100,6 +77,38 @@ func (ix *Index) LookupRoute(pool PoolID, keys []BlockKey, dst []Match) []Match 
 	}
 	p.m.observeLookup(len(dst) > 0, time.Since(start))
 	return dst
+}
+
+// walkBatch goes on LookupRoute's walk over batch, whose first key is
+// keys[from], from the replicas still active and the blocks n walked so
+// far; it returns them updated. It holds the batch's shard locks and
+// releases them on every exit, a panic included.
+func (p *pool) walkBatch(batch []BlockKey, from int, now, ttl uint32, active uint64, n int, runEnd, cpuOnly *[MaxReplicas]int32) (uint64, int) {
+	locked := p.lockShards(batch)
+	defer p.unlockShards(locked)
+	for j, k := range batch {
+		held, cpu := p.shardOf(k).holdersLocked(k, now, ttl)
+		i := from + j
+		if i == 0 {
+			active = held
+		}
+		if out := active &^ held; out != 0 {
+			for s := out; s != 0; s &= s - 1 {
+				runEnd[bits.TrailingZeros64(s)] = int32(i)
+			}
+			active &= held
+		}
+		if active == 0 {
+			break
+		}
+		n = i + 1
+		if c := cpu & active; c != 0 {
+			for s := c; s != 0; s &= s - 1 {
+				cpuOnly[bits.TrailingZeros64(s)]++
+			}
+		}
+	}
+	return active, n
 }
 
 // lockShards locks the shards of keys, in shard order, and returns them as
@@ -128,7 +137,7 @@ func (p *pool) unlockShards(set uint64) {
 // of those, who holds it only in the CPU tier. The shard lock is held.
 func (s *shard) holdersLocked(k BlockKey, now, ttl uint32) (held, cpuOnly uint64) {
 	pe, ok := s.m.Get(uint64(k))
-	if e := pe.entry(); ok && now-e.tick() <= ttl {
+	if e := pe.entry(); ok && !stale(now, e.tick(), ttl) {
 		held = e.held
 		if e.seen&cpuFlag != 0 {
 			ts := s.tiers[k]

@@ -23,6 +23,14 @@ type entry struct {
 
 func (e entry) tick() uint32 { return e.seen &^ cpuFlag }
 
+// stale reports whether an entry last refreshed at tick seen is older than
+// ttl ticks at tick now. A caller's now can be older than seen: another
+// writer refreshed the entry after the caller read the clock. Such an entry
+// is fresh, never stale (an unsigned now−seen would wrap to a huge age).
+func stale(now, seen, ttl uint32) bool {
+	return now > seen && now-seen > ttl
+}
+
 // packed is an entry as a table stores it: three 32-bit words, so that with
 // its key it fills a 20-byte slot (a struct with a uint64 would be padded to
 // 24), the whole per-block cost besides the table's free slots and distance
@@ -158,47 +166,57 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 			ix.commitStore(p, rs, &added, &newBlocks)
 			budget = ix.writeBudget()
 		}
-		s := p.shardOf(k)
-		s.mu.Lock()
-		pe, ok := s.m.Upsert(uint64(k))
-		e := pe.entry()
-		if !ok {
-			added++
-		} else if now-e.tick() > ix.ttlTicks {
-			// Expired but not yet swept: start afresh (the entry stays
-			// counted: no net change).
-			s.forgetLocked(p, k, e)
-			e = entry{}
-		}
-		if e.held&bit == 0 {
-			newBlocks++
-		}
-		flagged := e.seen&cpuFlag != 0
-		switch {
-		case tier == TierCPU:
-			ts := tierSets{gpu: e.held}
-			if flagged {
-				ts = s.tiers[k]
-			}
-			ts.cpu |= bit
-			s.tiers[k] = ts
-			flagged = true
-		case flagged:
-			ts := s.tiers[k]
-			ts.gpu |= bit
-			s.tiers[k] = ts
-		}
-		e.held |= bit
-		e.seen = now
-		if flagged {
-			e.seen |= cpuFlag
-		}
-		*pe = pack(e)
-		s.mu.Unlock()
+		a, nb := p.shardOf(k).storeBlock(p, k, bit, tier, now, ix.ttlTicks)
+		added += a
+		newBlocks += nb
 	}
 	total := ix.commitStore(p, rs, &added, &newBlocks)
 	p.m.stores.Add(float64(len(keys)))
 	ix.checkCap(total)
+}
+
+// storeBlock records that the replica of bit holds k in tier at tick now
+// and returns whether it added an entry and whether the replica did not
+// hold k before. It takes the shard lock and releases it on every exit,
+// a panic included.
+func (s *shard) storeBlock(p *pool, k BlockKey, bit uint64, tier Tier, now, ttl uint32) (added, newBlocks int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pe, ok := s.m.Upsert(uint64(k))
+	e := pe.entry()
+	if !ok {
+		added = 1
+	} else if stale(now, e.tick(), ttl) {
+		// Expired but not yet swept: start afresh (the entry stays
+		// counted: no net change).
+		s.forgetLocked(p, k, e)
+		e = entry{}
+	}
+	if e.held&bit == 0 {
+		newBlocks = 1
+	}
+	flagged := e.seen&cpuFlag != 0
+	switch {
+	case tier == TierCPU:
+		ts := tierSets{gpu: e.held}
+		if flagged {
+			ts = s.tiers[k]
+		}
+		ts.cpu |= bit
+		s.tiers[k] = ts
+		flagged = true
+	case flagged:
+		ts := s.tiers[k]
+		ts.gpu |= bit
+		s.tiers[k] = ts
+	}
+	e.held |= bit
+	e.seen = now
+	if flagged {
+		e.seen |= cpuFlag
+	}
+	*pe = pack(e)
+	return added, newBlocks
 }
 
 // commitStore publishes a Store's counts so far, zeroes them and returns the
@@ -227,68 +245,77 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 	p.prefetchBlocks(keys, -1, len(keys))
 	for i, k := range keys {
 		p.prefetchBlocks(keys, i, len(keys))
-		s := p.shardOf(k)
-		s.mu.Lock()
-		if tier == TierGPU && s.spec.Len() > 0 {
-			if j := s.spec.Find(uint64(k)); j >= 0 {
-				// The engine evicted what the router expected it to keep:
-				// the speculation is over for this block.
-				if se := s.spec.ValueAt(j).entry(); se.held&bit != 0 {
-					if se.held &^= bit; se.held == 0 {
-						s.spec.DeleteAt(j)
-						specDropped++
-					} else {
-						*s.spec.ValueAt(j) = pack(se)
-					}
-				}
-			}
-		}
-		i := s.m.Find(uint64(k))
-		if i < 0 {
-			s.mu.Unlock()
-			continue
-		}
-		e := s.m.ValueAt(i).entry()
-		if e.held&bit == 0 {
-			s.mu.Unlock()
-			continue
-		}
-		held := e.held
-		if e.seen&cpuFlag != 0 {
-			ts := s.tiers[k]
-			if tier == TierCPU {
-				ts.cpu &^= bit
-			} else {
-				ts.gpu &^= bit
-			}
-			held = ts.gpu | ts.cpu
-			if ts.cpu == 0 {
-				delete(s.tiers, k)
-				e.seen &^= cpuFlag
-			} else {
-				s.tiers[k] = ts
-			}
-		} else if tier == TierGPU {
-			held &^= bit
-		}
-		if held&bit == 0 && e.held&bit != 0 {
-			lostBlocks++
-		}
-		if held == 0 {
-			s.m.DeleteAt(i)
-			delete(s.tiers, k)
-			dropped++
-		} else {
-			e.held = held
-			*s.m.ValueAt(i) = pack(e)
-		}
-		s.mu.Unlock()
+		d, sd, lost := p.shardOf(k).removeBlock(k, bit, tier)
+		dropped += d
+		specDropped += sd
+		lostBlocks += lost
 	}
 	rs.blocks.Add(-lostBlocks)
 	p.entries.Add(-dropped)
 	p.specs.Add(-specDropped)
 	ix.entries.Add(-dropped - specDropped)
 	p.m.removes.Add(float64(len(keys)))
+}
+
+// removeBlock records that the replica of bit no longer holds k in tier and
+// returns whether it dropped k's block entry, whether it dropped k's
+// speculative entry and whether the replica lost k altogether. It takes the
+// shard lock and releases it on every exit, a panic included.
+func (s *shard) removeBlock(k BlockKey, bit uint64, tier Tier) (dropped, specDropped, lostBlocks int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tier == TierGPU && s.spec.Len() > 0 {
+		if j := s.spec.Find(uint64(k)); j >= 0 {
+			// The engine evicted what the router expected it to keep:
+			// the speculation is over for this block.
+			if se := s.spec.ValueAt(j).entry(); se.held&bit != 0 {
+				if se.held &^= bit; se.held == 0 {
+					s.spec.DeleteAt(j)
+					specDropped = 1
+				} else {
+					*s.spec.ValueAt(j) = pack(se)
+				}
+			}
+		}
+	}
+	i := s.m.Find(uint64(k))
+	if i < 0 {
+		return
+	}
+	e := s.m.ValueAt(i).entry()
+	if e.held&bit == 0 {
+		return
+	}
+	held := e.held
+	if e.seen&cpuFlag != 0 {
+		ts := s.tiers[k]
+		if tier == TierCPU {
+			ts.cpu &^= bit
+		} else {
+			ts.gpu &^= bit
+		}
+		held = ts.gpu | ts.cpu
+		if ts.cpu == 0 {
+			delete(s.tiers, k)
+			e.seen &^= cpuFlag
+		} else {
+			s.tiers[k] = ts
+		}
+	} else if tier == TierGPU {
+		held &^= bit
+	}
+	if held&bit == 0 && e.held&bit != 0 {
+		lostBlocks = 1
+	}
+	if held == 0 {
+		s.m.DeleteAt(i)
+		delete(s.tiers, k)
+		dropped = 1
+	} else {
+		e.held = held
+		*s.m.ValueAt(i) = pack(e)
+	}
+	return dropped, specDropped, lostBlocks
 }
 
 // Clear forgets everything r holds (a restarted or vanished engine, or an
@@ -306,48 +333,9 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 	bit := uint64(1) << id
 	var dropped, specDropped int64
 	for i := range p.shards {
-		s := &p.shards[i]
-		s.mu.Lock()
-		for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
-			k, e := BlockKey(s.m.KeyAt(i)), pe.entry()
-			if e.held&bit == 0 {
-				continue
-			}
-			e.held &^= bit
-			if e.seen&cpuFlag != 0 {
-				ts := s.tiers[k]
-				ts.gpu &^= bit
-				ts.cpu &^= bit
-				if ts.cpu == 0 {
-					delete(s.tiers, k)
-					e.seen &^= cpuFlag
-				} else {
-					s.tiers[k] = ts
-				}
-			}
-			if e.held == 0 {
-				s.m.DeleteAt(i)
-				delete(s.tiers, k)
-				dropped++
-				i-- // slot i now holds the next key of the run
-			} else {
-				*s.m.ValueAt(i) = pack(e)
-			}
-		}
-		for i, pe := s.spec.Next(0); pe != nil; i, pe = s.spec.Next(i + 1) {
-			if se := pe.entry(); se.held&bit != 0 {
-				se.held &^= bit
-				if se.held == 0 {
-					s.spec.DeleteAt(i)
-					specDropped++
-					i--
-				} else {
-					*s.spec.ValueAt(i) = pack(se)
-				}
-			}
-		}
-		s.shrinkLocked()
-		s.mu.Unlock()
+		d, sd := p.shards[i].clearBit(bit)
+		dropped += d
+		specDropped += sd
 	}
 	if rs := p.replica(id); rs != nil {
 		rs.blocks.Store(0)
@@ -356,6 +344,54 @@ func (ix *Index) clearBit(p *pool, id ReplicaID) {
 	p.specs.Add(-specDropped)
 	ix.entries.Add(-dropped - specDropped)
 	p.m.clears.Inc()
+}
+
+// clearBit drops the replica of bit from every entry of s and returns how
+// many block and speculative entries it deleted. It takes the shard lock
+// and releases it on every exit, a panic included.
+func (s *shard) clearBit(bit uint64) (dropped, specDropped int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
+		k, e := BlockKey(s.m.KeyAt(i)), pe.entry()
+		if e.held&bit == 0 {
+			continue
+		}
+		e.held &^= bit
+		if e.seen&cpuFlag != 0 {
+			ts := s.tiers[k]
+			ts.gpu &^= bit
+			ts.cpu &^= bit
+			if ts.cpu == 0 {
+				delete(s.tiers, k)
+				e.seen &^= cpuFlag
+			} else {
+				s.tiers[k] = ts
+			}
+		}
+		if e.held == 0 {
+			s.m.DeleteAt(i)
+			delete(s.tiers, k)
+			dropped++
+			i-- // slot i now holds the next key of the run
+		} else {
+			*s.m.ValueAt(i) = pack(e)
+		}
+	}
+	for i, pe := s.spec.Next(0); pe != nil; i, pe = s.spec.Next(i + 1) {
+		if se := pe.entry(); se.held&bit != 0 {
+			se.held &^= bit
+			if se.held == 0 {
+				s.spec.DeleteAt(i)
+				specDropped++
+				i--
+			} else {
+				*s.spec.ValueAt(i) = pack(se)
+			}
+		}
+	}
+	s.shrinkLocked()
+	return dropped, specDropped
 }
 
 // StoreSpeculative records that r is about to hold keys because the router
@@ -410,27 +446,34 @@ func (ix *Index) Hold(r Replica, keys []BlockKey, matched int) {
 			added = 0
 			budget = ix.writeBudget()
 		}
-		s := p.shardOf(k)
-		s.mu.Lock()
-		if i < matched && ix.touchLocked(s, k, bit, now) {
-			s.mu.Unlock()
-			continue
-		}
-		pe, ok := s.spec.Upsert(uint64(k))
-		se := pe.entry() // se.seen is the expiry tick
-		if !ok {
-			added++
-		}
-		if se.seen < expires-ix.specTicks {
-			se.held = 0 // stale leftovers
-		}
-		se.held |= bit
-		se.seen = expires
-		*pe = pack(se)
-		s.mu.Unlock()
+		added += ix.holdBlock(p.shardOf(k), k, bit, i < matched, now, expires)
 	}
 	p.specs.Add(added)
 	ix.checkCap(ix.entries.Add(added))
+}
+
+// holdBlock refreshes k on the replica of bit in the block table when
+// matched and held there, else marks it speculatively held until expires,
+// and returns 1 when it added a speculative entry. It takes the shard lock
+// and releases it on every exit, a panic included.
+func (ix *Index) holdBlock(s *shard, k BlockKey, bit uint64, matched bool, now, expires uint32) (added int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if matched && ix.touchLocked(s, k, bit, now) {
+		return 0
+	}
+	pe, ok := s.spec.Upsert(uint64(k))
+	se := pe.entry() // se.seen is the expiry tick
+	if !ok {
+		added = 1
+	}
+	if se.seen < expires-ix.specTicks {
+		se.held = 0 // stale leftovers
+	}
+	se.held |= bit
+	se.seen = max(se.seen, expires) // a concurrent Hold may have read a later clock
+	*pe = pack(se)
+	return added
 }
 
 // heldPrefixes remembers, for a pool, which (replica, matched run) pairs
@@ -513,11 +556,16 @@ func (ix *Index) Touch(r Replica, keys []BlockKey) {
 	bit := uint64(1) << r.ID
 	now := ix.nowTick()
 	for _, k := range keys {
-		s := p.shardOf(k)
-		s.mu.Lock()
-		ix.touchLocked(s, k, bit, now)
-		s.mu.Unlock()
+		ix.touch(p.shardOf(k), k, bit, now)
 	}
+}
+
+// touch is touchLocked under s's lock, released on every exit, a panic
+// included.
+func (ix *Index) touch(s *shard, k BlockKey, bit uint64, now uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ix.touchLocked(s, k, bit, now)
 }
 
 // touchLocked refreshes k in the block table when the replica of bit holds
@@ -529,7 +577,7 @@ func (ix *Index) touchLocked(s *shard, k BlockKey, bit uint64, now uint32) bool 
 		return false
 	}
 	pe := s.m.ValueAt(i)
-	if pe.entry().held&bit == 0 || now-pe.seen&^cpuFlag > ix.ttlTicks {
+	if pe.entry().held&bit == 0 || stale(now, pe.entry().tick(), ix.ttlTicks) {
 		return false
 	}
 	pe.seen = now | pe.seen&cpuFlag

@@ -183,7 +183,12 @@ type harness struct {
 // a Manager and stops it (waiting for every goroutine) at cleanup.
 func start(t testing.TB, cfg *testConfig, tweak ...func(*Manager)) *harness {
 	t.Helper()
-	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20})
+	return startOn(t, index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20}), cfg, tweak...)
+}
+
+// startOn is start writing to the index ix.
+func startOn(t testing.TB, ix *index.Index, cfg *testConfig, tweak ...func(*Manager)) *harness {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	mgr, err := newManager(t, ix, cfg, Options{Registerer: reg})
 	if err != nil {
