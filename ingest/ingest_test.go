@@ -24,6 +24,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/panics"
 )
@@ -545,38 +546,31 @@ func TestUnknownEventTypeSkippedAndGarbageDropped(t *testing.T) {
 	}
 }
 
-// freePortPair finds a port P on 127.0.0.1 with P+1 also free.
-func freePortPair(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l1, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l1.Addr().(*net.TCPAddr).Port
-		l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
-		l1.Close()
-		if err == nil {
-			l2.Close()
-			return p
-		}
-	}
-	t.Fatal("no free port pair")
-	return 0
-}
-
 func TestDataParallelRankOneListensOnPortPlusOne(t *testing.T) {
 	st := steps(t)
-	ev, rp := freePortPair(t), freePortPair(t)
+	// Rank r's engine publishes events on base+r and replays on base+2+r.
 	var pubs []*vllmzmq.Publisher
-	for rank := range 2 {
-		p, err := vllmzmq.NewPublisher(fmt.Sprintf("tcp://127.0.0.1:%d", ev+rank), fmt.Sprintf("tcp://127.0.0.1:%d", rp+rank), "", 100)
-		if err != nil {
-			t.Fatal(err)
+	ev, err := loopback.BindConsecutive(4, func(base int) error {
+		pubs = nil
+		for rank := range 2 {
+			p, err := vllmzmq.NewPublisher(fmt.Sprintf("tcp://127.0.0.1:%d", base+rank), fmt.Sprintf("tcp://127.0.0.1:%d", base+2+rank), "", 100)
+			if err != nil {
+				for _, p := range pubs {
+					p.Close()
+				}
+				return err
+			}
+			pubs = append(pubs, p)
 		}
-		t.Cleanup(func() { p.Close() })
-		pubs = append(pubs, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, p := range pubs {
+		t.Cleanup(func() { p.Close() })
+	}
+	rp := ev + 2
 	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "dp", dp: 2,
 		events: fmt.Sprintf("tcp://127.0.0.1:%d", ev), replay: fmt.Sprintf("tcp://127.0.0.1:%d", rp)})))
 	if got := h.rank("dp/dp1").events; got != fmt.Sprintf("tcp://127.0.0.1:%d", ev+1) {
