@@ -25,7 +25,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
-	"github.com/kvroute/kvroute/panics"
+	"github.com/kvroute/kvroute/internal/panics"
 )
 
 // panicsOf reads kvroute_panics_total{component} from reg.

@@ -3,7 +3,7 @@ package extproc
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvroute/kvroute/panics"
+	"github.com/kvroute/kvroute/internal/panics"
 )
 
 // Metrics are the ext_proc server's Prometheus metrics. Labels carry pool

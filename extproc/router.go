@@ -14,7 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
-	"github.com/kvroute/kvroute/mix"
+	"github.com/kvroute/kvroute/internal/mix"
 )
 
 // Tokenizer turns prompt text into token ids exactly as the pool's engines do.

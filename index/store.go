@@ -4,8 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kvroute/kvroute/mix"
-	"github.com/kvroute/kvroute/rhmap"
+	"github.com/kvroute/kvroute/internal/mix"
+	"github.com/kvroute/kvroute/internal/rhmap"
 )
 
 // numShards splits each pool's map so writers and readers rarely meet.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
-	"github.com/kvroute/kvroute/panics"
 )
 
 // floodBatch is one vLLM KV-event batch of n new root BlockStored blocks of

@@ -25,8 +25,8 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/loopback"
+	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
-	"github.com/kvroute/kvroute/panics"
 )
 
 func TestMain(m *testing.M) {

@@ -1,6 +1,6 @@
 package ingest
 
-import "github.com/kvroute/kvroute/rhmap"
+import "github.com/kvroute/kvroute/internal/rhmap"
 
 // keyMap remembers, for one replica rank in tokens mode, engine block hash →
 // kvroute block key, so BlockRemoved (engine hashes only) and the parents of

@@ -1,7 +1,7 @@
 package ingest
 
 import (
-	"github.com/kvroute/kvroute/panics"
+	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

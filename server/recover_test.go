@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kvroute/kvroute/panics"
+	"github.com/kvroute/kvroute/internal/panics"
 )
 
 func recoveringServer() (*Server, *prometheus.Registry) {

@@ -26,8 +26,8 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/mesh"
-	"github.com/kvroute/kvroute/panics"
 )
 
 // Options configures New.

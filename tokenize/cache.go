@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/kvroute/kvroute/prefetch"
+	"github.com/kvroute/kvroute/internal/prefetch"
 )
 
 // Word cache bounds: words longer than maxCachedWordBytes are not cached;

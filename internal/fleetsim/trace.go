@@ -16,7 +16,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kvroute/kvroute/mix"
+	"github.com/kvroute/kvroute/internal/mix"
 )
 
 // Record is one request of a Mooncake-format trace.

@@ -30,7 +30,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/kvroute/kvroute/prefetch"
+	"github.com/kvroute/kvroute/internal/prefetch"
 )
 
 // Table sizing: the most entries per slot before the table grows, and the

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/kvroute/kvroute/prefetch"
+	"github.com/kvroute/kvroute/internal/prefetch"
 )
 
 // val is a value of the index's shape: three 32-bit words, 20-byte slots.
