@@ -14,7 +14,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/routetest"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // nopProcessor answers the same messages as kvroute with a fixed destination
@@ -53,6 +56,35 @@ func (nopProcessor) serve(srv extprocv3.ExternalProcessor_ProcessServer, onBody 
 	}
 }
 
+// chatWorkload is a Qwen3 pool of 8 replicas, as routing's decision
+// benchmarks build it, and the chat requests of routetest.ChatWorkload;
+// replica r3 holds the shared system prompt.
+type chatWorkload struct {
+	*routetest.ChatWorkload
+	router *routing.Router
+	ix     *index.Index
+}
+
+func newChatWorkload(b *testing.B, tokens int) *chatWorkload {
+	tok, ct := routetest.LoadQwen(b)
+	w := &chatWorkload{ChatWorkload: routetest.NewChatWorkload(tokens)}
+	w.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 22, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second})
+	pid, _ := w.ix.AddPool("qwen")
+	var eps []routing.Endpoint
+	for i := 0; i < 8; i++ {
+		r, _ := w.ix.AddReplica(pid, fmt.Sprint("r", i))
+		eps = append(eps, routing.Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
+	}
+	router, err := routing.NewRouter(w.ix, []routing.PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: routetest.TemplateChat{CT: ct},
+		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.router = router
+	w.ix.Store(eps[3].Replica, w.SystemKeys(b, tokens), index.TierGPU)
+	return w
+}
+
 // benchServe serves g (with its services registered) on a loopback port and
 // returns a client over one connection, as Envoy's ext_proc filter holds.
 func benchServe(b *testing.B, g *grpc.Server) extprocv3.ExternalProcessorClient {
@@ -77,12 +109,12 @@ func benchServe(b *testing.B, g *grpc.Server) extprocv3.ExternalProcessorClient 
 // sent twice.
 func runDecisions(b *testing.B, client extprocv3.ExternalProcessorClient, w *chatWorkload, seq *atomic.Int64, streams int) float64 {
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := routetest.ProcessCPU()
 	exchanges(b, client, w, seq, streams, b.N)
 	b.StopTimer()
 	rate := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, "decisions/s")
-	cpuPerOp(b, cpu0)
+	routetest.CPUPerOp(b, cpu0)
 	return rate
 }
 
@@ -96,7 +128,7 @@ func exchanges(b *testing.B, client extprocv3.ExternalProcessorClient, w *chatWo
 		wg.Go(func() {
 			var body []byte // gRPC has copied it out once Do returns
 			for done.Add(1) <= int64(n) {
-				body = w.appendBody(body[:0], int(seq.Add(1)))
+				body = w.AppendBody(body[:0], int(seq.Add(1)))
 				res, err := fakeenvoy.Do(context.Background(), client, cfg, fakeenvoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: body})
 				if err != nil || res.Headers[HeaderDestination] == "" {
 					b.Errorf("exchange: %v", err)
@@ -118,7 +150,7 @@ func decisionServers(b *testing.B) (w *chatWorkload, nop, kv extprocv3.ExternalP
 	w = newChatWorkload(b, 2000)
 	ctx, stop := context.WithCancel(context.Background())
 	var sweeper sync.WaitGroup
-	sweeper.Go(func() { w.router.ix.Run(ctx) })
+	sweeper.Go(func() { w.ix.Run(ctx) })
 	b.Cleanup(func() { stop(); sweeper.Wait() })
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
 	extprocv3.RegisterExternalProcessorServer(g, nopProcessor{})
@@ -219,7 +251,7 @@ func BenchmarkGRPCBufferedWithoutProtocolConfig(b *testing.B) {
 			var lat []time.Duration
 			var body []byte // built before the clock starts; gRPC has copied it once Do returns
 			for i := 0; b.Loop(); i++ {
-				body = w.appendBody(body[:0], i)
+				body = w.AppendBody(body[:0], i)
 				t0 := time.Now()
 				res, err := fakeenvoy.Do(context.Background(), client, fakeenvoy.Config{Mode: fakeenvoy.Buffered}, fakeenvoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: body})
 				if err != nil || res.Headers[HeaderDestination] == "" {
@@ -231,12 +263,4 @@ func BenchmarkGRPCBufferedWithoutProtocolConfig(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		})
 	}
-}
-
-// cpuPerOp reports the process CPU time per operation since start
-// (processCPU at ResetTimer) as cpu-µs/op.
-func cpuPerOp(b *testing.B, start time.Duration) float64 {
-	us := float64((processCPU() - start).Microseconds()) / float64(b.N)
-	b.ReportMetric(us, "cpu-µs/op")
-	return us
 }

@@ -1,7 +1,8 @@
 // Package extproc is kvroute's front door: the Envoy ext_proc stream state
-// machine (BUFFERED and FULL_DUPLEX_STREAMED), OpenAI body parsing, the routing
-// decision and the answer in the Gateway API Inference Extension's
-// endpoint-picker protocol.
+// machine (BUFFERED and FULL_DUPLEX_STREAMED), header and metadata mutation,
+// fail-open, the gRPC server and the answer in the Gateway API Inference
+// Extension's endpoint-picker protocol. The decision itself is the routing
+// package's, called through Decider.
 package extproc
 
 // The wire contract with Envoy, in one place. Sources of truth: the GIE
@@ -38,6 +39,10 @@ const (
 	// order ("inf" for an endpoint that cannot take the request).
 	HeaderScores = "x-kvroute-scores"
 
+	// dpRankHeader is vLLM's per-request DP-rank pin, set when the chosen
+	// server runs more than one rank.
+	dpRankHeader = "x-data-parallel-rank"
+
 	// streamedChunkBytes bounds each streamed_response chunk in full-duplex
 	// mode; Envoy recommends ≤ 64 KiB and GIE uses 62,000.
 	streamedChunkBytes = 62_000
@@ -47,40 +52,6 @@ const (
 	HealthServiceExtProc = "envoy.service.ext_proc.v3.ExternalProcessor"
 	HealthLiveness       = "liveness"
 	HealthReadiness      = "readiness"
-)
-
-// Decision outcomes and reasons: the label values of
-// kvroute_route_decisions_total{pool,outcome,reason}. Bounded sets.
-const (
-	OutcomePrefix   = "prefix" // a replica was chosen on cached prefix and load
-	OutcomeLoad     = "load"   // chosen on load alone
-	OutcomeRejected = "rejected"
-
-	ReasonHit              = "hit"
-	ReasonNoHit            = "no_hit"
-	ReasonNoBody           = "no_body"
-	ReasonNoTokenizer      = "no_tokenizer"
-	ReasonBadJSON          = "bad_json"
-	ReasonUnknownModel     = "unknown_model"
-	ReasonUnsupported      = "unsupported_input"
-	ReasonEmptyPrompt      = "empty_prompt"
-	ReasonTokenizeError    = "tokenize_error"
-	ReasonChatTemplate     = "chat_template_error"
-	ReasonHashError        = "hash_error"
-	ReasonBlockSizeUnknown = "block_size_unknown"
-	ReasonNoEligible       = "no_eligible_replica"
-	ReasonBodyTooLarge     = "body_too_large"
-	// Over the per-request limits (routing.max_prompt_bytes,
-	// max_prompt_tokens, max_messages) or the in-flight decision budget
-	// (routing.max_decide_bytes_in_flight): routed by load, untokenized.
-	ReasonPromptTooLarge  = "prompt_too_large"
-	ReasonTooManyMessages = "too_many_messages"
-	ReasonDecideBudget    = "decide_budget_full"
-	// ReasonInternalError: the decision panicked (a bug); counted in
-	// kvroute_panics_total{component="extproc_decide"} too.
-	ReasonInternalError = "internal_error"
-
-	poolUnknown = "unknown"
 )
 
 // Body-mode signals: kvroute_extproc_body_mode_total{source,mode} counts how

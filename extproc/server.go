@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/kvroute/kvroute/routing"
 )
 
 // Options configures the ext_proc server.
@@ -53,7 +55,7 @@ const DefaultModeInferenceWindow = 10 * time.Millisecond
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	router *Router
+	router Decider
 	opts   Options
 	log    *slog.Logger
 	m      *Metrics
@@ -65,8 +67,27 @@ type Server struct {
 	open    atomic.Int64
 }
 
+// Decider makes the routing decision for a stream and keeps its books
+// (routing.Router; a fake in tests). A decision with an Endpoint is routed:
+// BeginLoad follows before the answer to Envoy, BeginBlocks just after it,
+// and End when the stream ends.
+type Decider interface {
+	// Decide picks an endpoint for a request; subset, when non-nil, holds
+	// the addresses the data plane allows, and body is nil for a
+	// header-only request.
+	Decide(path string, body []byte, subset map[string]bool) routing.Decision
+	// DecideRecorded is Decide, recording what it weighed and when each of
+	// its steps ended (scores header, tracing).
+	DecideRecorded(path string, body []byte, subset map[string]bool, rec *routing.Recorder) routing.Decision
+	// Recovered is the decision for a request whose decision panicked.
+	Recovered(subset map[string]bool, err error) routing.Decision
+	BeginLoad(d *routing.Decision)
+	BeginBlocks(d *routing.Decision)
+	End(d *routing.Decision)
+}
+
 // NewServer returns the ext_proc service over router.
-func NewServer(router *Router, opts Options) *Server {
+func NewServer(router Decider, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -109,7 +130,7 @@ type stream struct {
 	closed   bool // an immediate response ended processing
 	pending  *recvResult
 	routed   bool // a routing decision was sent
-	decision Decision
+	decision routing.Decision
 	job      decideJob
 	onWorker bool // probably on a gRPC stream worker (see Server.workers)
 }
@@ -314,7 +335,7 @@ func (st *stream) onBody(b *extprocv3.HttpBody) (bool, error) {
 		return false, st.passBody(b)
 	}
 	if len(st.body)+len(b.GetBody()) > st.s.opts.BodyLimitBytes {
-		st.s.m.decision(poolUnknown, OutcomeRejected, ReasonBodyTooLarge)
+		st.s.m.decision(routing.PoolUnknown, routing.OutcomeRejected, routing.ReasonBodyTooLarge)
 		return true, st.immediate(413, "request body exceeds routing.body_limit_bytes", "kvroute_body_too_large")
 	}
 	if st.mode == modeFullDuplex {
@@ -356,7 +377,7 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 		st.s.log.Info("routing failed open", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "err", d.Err)
 	}
 	st.decision, st.routed = d, true
-	st.s.router.beginLoad(&st.decision)
+	st.s.router.BeginLoad(&st.decision)
 	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
 		// Checked first: the arguments alone cost eight allocations.
 		st.s.log.Debug("routed", "request_id", st.reqID, "pool", d.Pool, "replica", d.Endpoint.Name,
@@ -387,13 +408,13 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 }
 
 // sendDecision sends the response carrying the routing decision, then
-// records the decision's blocks on its replica (Router.beginBlocks): with
+// records the decision's blocks on its replica (Decider.BeginBlocks): with
 // the answer already on its way, that work no longer delays the request.
 func (st *stream) sendDecision(resp *extprocv3.ProcessingResponse) error {
 	if err := st.send(resp); err != nil {
 		return err
 	}
-	st.s.router.beginBlocks(&st.decision)
+	st.s.router.BeginBlocks(&st.decision)
 	return nil
 }
 
@@ -401,7 +422,7 @@ func (st *stream) sendDecision(resp *extprocv3.ProcessingResponse) error {
 type decideJob struct {
 	st       *stream
 	body     []byte
-	d        Decision
+	d        routing.Decision
 	panicked any // a panic that escaped decide's own recovery, re-raised by the stream
 	done     chan struct{}
 }
@@ -440,7 +461,7 @@ func (j *decideJob) run() {
 // decideOnWarmStack runs decide on the stream's own goroutine when that is
 // probably a gRPC stream worker, else on an idle decider, or on the stream's
 // goroutine when none is idle (a decision never waits for a decider).
-func (st *stream) decideOnWarmStack(body []byte) Decision {
+func (st *stream) decideOnWarmStack(body []byte) routing.Decision {
 	if st.onWorker {
 		return st.decide(body) // a worker's stack is warm: no hand-off
 	}
@@ -466,21 +487,18 @@ func (st *stream) decideOnWarmStack(body []byte) Decision {
 
 // decide runs the router's decision; a panic in it (a bug) is counted and
 // the request fails open like any internal error.
-func (st *stream) decide(body []byte) (d Decision) {
+func (st *stream) decide(body []byte) (d routing.Decision) {
 	defer st.s.m.panics.Recover(panicDecide, st.s.log, func(err error) {
-		d = st.s.router.failOpen(nil, st.subset, ReasonInternalError, 500, err, nil)
+		d = st.s.router.Recovered(st.subset, err)
 	})
 	scores, tracing := st.s.opts.ScoresHeader, st.s.opts.Tracer != nil
 	if !scores && !tracing {
 		return st.s.router.Decide(st.path, body, st.subset)
 	}
-	rec := &recorder{explain: scores, trace: tracing}
-	if tracing {
-		rec.start = time.Now()
-	}
-	d = st.s.router.decide(st.path, body, st.subset, rec)
+	rec := routing.NewRecorder(scores, tracing)
+	d = st.s.router.DecideRecorded(st.path, body, st.subset, rec)
 	if scores {
-		st.scores = rec.scores()
+		st.scores = rec.Scores()
 	}
 	if tracing {
 		st.traceDecision(rec, &d, len(body))
@@ -526,10 +544,10 @@ func (st *stream) sendResponseBody(b *extprocv3.HttpBody) error {
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}})
 }
 
-func (st *stream) mutation(d *Decision) *extprocv3.HeaderMutation {
+func (st *stream) mutation(d *routing.Decision) *extprocv3.HeaderMutation {
 	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, d.Endpoint.Address)}
 	if d.Endpoint.DPSize > 1 {
-		set = append(set, setHeader(dpRankHeader, d.Endpoint.rankValue()))
+		set = append(set, setHeader(dpRankHeader, strconv.Itoa(d.Endpoint.DPRank)))
 	}
 	if st.scores != "" {
 		set = append(set, setHeader(HeaderScores, st.scores))

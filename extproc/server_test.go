@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"github.com/kvroute/kvroute/routing"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/routetest"
 )
 
 // The decider goroutines live for the process (see startDeciders).
@@ -50,10 +52,10 @@ func TestPrefixHolderGetsTheRequest(t *testing.T) {
 			if string(res.Body) != string(completion(prompt).Body) {
 				t.Errorf("upstream body changed: %q", res.Body)
 			}
-			if res.Headers[HeaderDebugMatchedTokens] == "0" || res.Headers[HeaderDebugReason] != ReasonHit {
+			if res.Headers[HeaderDebugMatchedTokens] == "0" || res.Headers[HeaderDebugReason] != routing.ReasonHit {
 				t.Errorf("debug headers: matched %s reason %s", res.Headers[HeaderDebugMatchedTokens], res.Headers[HeaderDebugReason])
 			}
-			if h.decisions(OutcomePrefix, ReasonHit) != 1 {
+			if h.decisions(routing.OutcomePrefix, routing.ReasonHit) != 1 {
 				t.Error("decision metric not counted")
 			}
 		})
@@ -68,7 +70,7 @@ func TestHeaderOnlyRequestIsRoutedAtHeaders(t *testing.T) {
 			if res.Status != 0 || res.Headers[HeaderDestination] == "" {
 				t.Fatalf("status %d, destination %q", res.Status, res.Headers[HeaderDestination])
 			}
-			if h.decisions(OutcomeLoad, ReasonNoBody) != 1 {
+			if h.decisions(routing.OutcomeLoad, routing.ReasonNoBody) != 1 {
 				t.Error("header-only decision not counted as load/no_body")
 			}
 		})
@@ -158,7 +160,7 @@ func TestUnknownModel(t *testing.T) {
 func TestEmptyPromptRoutesByLoad(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	res := h.do(modes[0].cfg, completion(""))
-	if res.Status != 0 || res.Headers[HeaderDestination] == "" || h.decisions(OutcomeLoad, ReasonEmptyPrompt) != 1 {
+	if res.Status != 0 || res.Headers[HeaderDestination] == "" || h.decisions(routing.OutcomeLoad, routing.ReasonEmptyPrompt) != 1 {
 		t.Fatalf("status %d destination %q", res.Status, res.Headers[HeaderDestination])
 	}
 }
@@ -166,9 +168,9 @@ func TestEmptyPromptRoutesByLoad(t *testing.T) {
 func TestChatRequestRoutesOnRenderedPrompt(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	body := `{"model":"qwen3","messages":[{"role":"system","content":"` + sharedPrefix + `"},{"role":"user","content":"hi"}]}`
-	rendered, _ := lineChat{}.AppendChat(nil, []byte(body))
+	rendered, _ := routetest.LineChat{}.AppendChat(nil, []byte(body))
 	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
-	raw, _ := blockhash.AppendKeys(k, nil, k.Root(), wordTokenizer{}.Encode(string(rendered), false), blockhash.RequestKeys{})
+	raw, _ := blockhash.AppendKeys(k, nil, k.Root(), routetest.WordTokenizer{}.Encode(string(rendered), false), blockhash.RequestKeys{})
 	keys := make([]index.BlockKey, len(raw))
 	for i := range raw {
 		keys[i] = index.BlockKey(raw[i])
@@ -298,7 +300,7 @@ func TestRoutedBlocksAreHeldInEveryMode(t *testing.T) {
 			prompt := fmt.Sprintf("%s and question %d nobody asked before", sharedPrefix, i)
 			keys := h.keysOf(prompt, blockhash.RequestKeys{})
 			dest := h.do(mode.cfg, completion(prompt)).Headers[HeaderDestination]
-			i := slices.IndexFunc(h.eps, func(ep Endpoint) bool { return ep.Address == dest })
+			i := slices.IndexFunc(h.eps, func(ep routing.Endpoint) bool { return ep.Address == dest })
 			if i < 0 {
 				t.Fatalf("destination %q is no endpoint", dest)
 			}

@@ -9,18 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-)
 
-// Steps of a decision, traced as child spans of SpanDecision named
-// "kvroute.<step>" (a step that did not run has no span).
-const (
-	stepParse = iota
-	stepTemplate
-	stepTokenize
-	stepKeys
-	stepLookup
-	stepPick
-	numSteps
+	"github.com/kvroute/kvroute/routing"
 )
 
 // Span names.
@@ -28,8 +18,6 @@ const (
 	SpanDecision = "kvroute.decision"
 	spanPrefix   = "kvroute."
 )
-
-var stepNames = [numSteps]string{"parse", "template", "tokenize", "keys", "lookup", "pick"}
 
 // Span attributes: counts, the pool and replica names (the operator's) and
 // the decision's outcome and reason (bounded sets) — never the prompt, the
@@ -64,7 +52,7 @@ var traceContext = propagation.TraceContext{}
 
 // traceDecision records the decision rec timed as a span tree under the
 // request's incoming trace context (a new trace when it has none).
-func (st *stream) traceDecision(rec *recorder, d *Decision, bodyBytes int) {
+func (st *stream) traceDecision(rec *routing.Recorder, d *routing.Decision, bodyBytes int) {
 	end := time.Now()
 	ctx := traceContext.Extract(context.Background(), headerCarrier{st.headers})
 	attrs := []attribute.KeyValue{
@@ -75,24 +63,16 @@ func (st *stream) traceDecision(rec *recorder, d *Decision, bodyBytes int) {
 	if d.Endpoint != nil {
 		attrs = append(attrs, attribute.String(AttrReplica, d.Endpoint.Name))
 	}
-	ctx, span := st.s.opts.Tracer.Start(ctx, SpanDecision, trace.WithTimestamp(rec.start),
+	ctx, span := st.s.opts.Tracer.Start(ctx, SpanDecision, trace.WithTimestamp(rec.Start()),
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 	if d.Endpoint == nil {
 		status, _ := d.Rejection()
 		span.SetAttributes(attribute.Int(AttrStatus, status))
 		span.SetStatus(codes.Error, d.Reason) // a reason code, never the error text
 	}
-	if rec.marks[stepPick].IsZero() {
-		rec.marks[stepPick] = end
-	}
-	from := rec.start
-	for step, at := range rec.marks {
-		if at.IsZero() {
-			continue
-		}
-		_, s := st.s.opts.Tracer.Start(ctx, spanPrefix+stepNames[step], trace.WithTimestamp(from))
-		s.End(trace.WithTimestamp(at))
-		from = at
-	}
+	rec.Steps(end, func(step string, from, to time.Time) {
+		_, s := st.s.opts.Tracer.Start(ctx, spanPrefix+step, trace.WithTimestamp(from))
+		s.End(trace.WithTimestamp(to))
+	})
 	span.End(trace.WithTimestamp(end))
 }

@@ -154,15 +154,6 @@ func (s ReplicaState) QueuedWork() float64 {
 	return s.Load.Running + s.Load.Waiting + float64(min(s.InFlight, s.StartedSinceLoad))
 }
 
-// Foreign splits the scraped queue into the requests this router did not
-// route (other routers, direct clients): running and waiting minus what was
-// its own in flight when the scrape was recorded; waiting ones first.
-func (s ReplicaState) Foreign() (waiting, running float64) {
-	f := math.Max(0, s.Load.Running+s.Load.Waiting-float64(s.InFlightAtLoad))
-	waiting = math.Min(f, s.Load.Waiting)
-	return waiting, f - waiting
-}
-
 // SetLoad records a replica's load as read at time at, and learns the
 // prefill rate and mean uncached prompt from the counters' increase since the
 // previous call (a decrease is an engine restart: nothing is learned).

@@ -75,9 +75,9 @@ func TestSetLoadLearnsPrefillRateAndForeignQueue(t *testing.T) {
 	if st.PrefillRate != 0 {
 		t.Fatalf("rate learned from one scrape: %g", st.PrefillRate)
 	}
-	// 5 of the engine's requests are its own 1 in flight + 4 foreign: 3 waiting, 1 running.
-	if w, r := st.Foreign(); w != 3 || r != 1 {
-		t.Fatalf("foreign waiting %g running %g, want 3 and 1", w, r)
+	// 1 of the engine's 5 requests is this router's own, in flight at the scrape.
+	if st.InFlightAtLoad != 1 || st.Load.Running != 2 || st.Load.Waiting != 3 {
+		t.Fatalf("in flight at load %d, running %g, waiting %g; want 1, 2, 3", st.InFlightAtLoad, st.Load.Running, st.Load.Waiting)
 	}
 	// +12,000 prompt tokens, 2,000 of them cached, over 2 s of prefill in 4 requests.
 	f.ix.SetLoad(a, Load{PromptTokens: 13000, CachedTokens: 2000, PrefillSeconds: 3, PrefillCount: 5}, at)

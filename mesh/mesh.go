@@ -1,7 +1,7 @@
 // Package mesh joins the kvroute replicas in front of one fleet: each
 // publishes every request it routes and ends — endpoint, uncached prompt
 // tokens, block keys — on a ZeroMQ PUB socket, subscribes to the others',
-// and puts their requests on its own router's books (extproc.BeginPeer).
+// and puts their requests on its own router's books (routing.Router.BeginPeer).
 // Every kvroute already sees every engine's KV events; with the mesh each
 // also sees the prefill work the others just sent, which no scrape can show
 // until it is under way.
@@ -27,14 +27,14 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/routing"
 )
 
-// Books is where peers' requests go: the router (extproc.Router).
+// Books is where peers' requests go: the router (routing.Router).
 type Books interface {
-	BeginPeer(extproc.SharedWork) (extproc.PeerWork, error)
-	EndPeer(extproc.PeerWork)
+	BeginPeer(routing.SharedWork) (routing.PeerWork, error)
+	EndPeer(routing.PeerWork)
 }
 
 // Options configures a Mesh (config.Peers, resolved).
@@ -102,7 +102,7 @@ type peer struct {
 }
 
 type bookedReq struct {
-	work extproc.PeerWork
+	work routing.PeerWork
 	at   time.Time
 }
 
@@ -146,9 +146,9 @@ func randomSender() uint64 {
 // Addr is the PUB socket's address (its port when Listen asked for 0).
 func (m *Mesh) Addr() string { return m.pub.Addr().String() }
 
-// Began publishes a request this kvroute routed (extproc.Sharer). It never
+// Began publishes a request this kvroute routed (routing.Sharer). It never
 // blocks: a full send queue drops the message and counts it.
-func (m *Mesh) Began(w extproc.SharedWork) uint64 {
+func (m *Mesh) Began(w routing.SharedWork) uint64 {
 	id := m.nextID.Add(1)
 	keys := w.Keys
 	if len(w.Pool) == 0 || len(w.Pool) > maxNameLen || len(w.Endpoint) == 0 || len(w.Endpoint) > maxNameLen {
@@ -335,7 +335,7 @@ func (m *Mesh) begin(p *peer, dec *message, now time.Time) {
 		m.drop(dropBooksFull, "booked", m.booked)
 		return
 	}
-	w, err := m.books.BeginPeer(extproc.SharedWork{
+	w, err := m.books.BeginPeer(routing.SharedWork{
 		Pool: string(dec.pool), Endpoint: string(dec.endpoint),
 		Uncached: int(dec.uncached), Matched: int(dec.matched), Keys: dec.keys,
 	})
@@ -420,7 +420,7 @@ func (m *Mesh) refused(socket string) func(ingest.Refusal) {
 	}
 }
 
-var _ extproc.Sharer = (*Mesh)(nil)
+var _ routing.Sharer = (*Mesh)(nil)
 
 // Close releases the PUB socket of a mesh that never ran (Run closes it
 // otherwise).

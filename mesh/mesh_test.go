@@ -14,38 +14,38 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // books records what a mesh puts on and takes off its router's books.
 type books struct {
 	mu     sync.Mutex
-	begun  []extproc.SharedWork
+	begun  []routing.SharedWork
 	open   int
 	refuse bool
 }
 
-func (b *books) BeginPeer(w extproc.SharedWork) (extproc.PeerWork, error) {
+func (b *books) BeginPeer(w routing.SharedWork) (routing.PeerWork, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.refuse || w.Endpoint == "nobody" {
-		return extproc.PeerWork{}, extproc.ErrUnknownEndpoint
+		return routing.PeerWork{}, routing.ErrUnknownEndpoint
 	}
 	w.Keys = slices.Clone(w.Keys) // the decoder reuses its buffer
 	b.begun = append(b.begun, w)
 	b.open++
-	return extproc.PeerWork{}, nil
+	return routing.PeerWork{}, nil
 }
 
-func (b *books) EndPeer(extproc.PeerWork) {
+func (b *books) EndPeer(routing.PeerWork) {
 	b.mu.Lock()
 	b.open--
 	b.mu.Unlock()
 }
 
-func (b *books) state() (begun []extproc.SharedWork, open int) {
+func (b *books) state() (begun []routing.SharedWork, open int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.begun), b.open
@@ -140,7 +140,7 @@ func peersHeard(t *testing.T, nodes []*node) {
 func TestPeersBookEachOthersRequests(t *testing.T) {
 	nodes := newNodes(t, 3, nil)
 	peersHeard(t, nodes)
-	w := extproc.SharedWork{Pool: "fleet", Endpoint: "vllm-2", Uncached: 900, Matched: 1, Keys: []index.BlockKey{11, 12, 13}}
+	w := routing.SharedWork{Pool: "fleet", Endpoint: "vllm-2", Uncached: 900, Matched: 1, Keys: []index.BlockKey{11, 12, 13}}
 	id := nodes[0].m.Began(w)
 	for _, nd := range nodes[1:] {
 		eventually(t, "the others book the request", func() bool { _, open := nd.books.state(); return open == 1 })
@@ -168,7 +168,7 @@ func TestSilentPeerComesOffTheBooks(t *testing.T) {
 	nodes := newNodes(t, 2, nil)
 	peersHeard(t, nodes)
 	for range 3 {
-		nodes[0].m.Began(extproc.SharedWork{Pool: "fleet", Endpoint: "vllm-0", Uncached: 10})
+		nodes[0].m.Began(routing.SharedWork{Pool: "fleet", Endpoint: "vllm-0", Uncached: 10})
 	}
 	eventually(t, "booked", func() bool { _, open := nodes[1].books.state(); return open == 3 })
 	nodes[0].halt(t) // no end, no more hellos

@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // maxExplainPath bounds the ?path= of /debug/explain (an API path, not data).
@@ -41,10 +41,10 @@ func NewAdminMetrics(reg prometheus.Registerer) *prometheus.CounterVec {
 
 // explainHandler answers POST /debug/explain?path=/v1/... : the body is a
 // client request, decided by the router exactly as the data plane would be
-// but not routed (extproc.Router.Explain), and the answer is the
+// but not routed (routing.Router.Explain), and the answer is the
 // explanation as JSON. The body is bounded by routing.body_limit_bytes (413
 // over). Logs and metrics carry lengths and outcomes, never the body or path.
-func explainHandler(router *extproc.Router, limit int, log *slog.Logger, reg prometheus.Registerer) http.Handler {
+func explainHandler(router *routing.Router, limit int, log *slog.Logger, reg prometheus.Registerer) http.Handler {
 	requests := NewAdminMetrics(reg)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Query().Get("path")

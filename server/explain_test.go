@@ -13,6 +13,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/testdata"
+	"github.com/kvroute/kvroute/routing"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -58,7 +59,7 @@ func TestExplainOverTheAdminListener(t *testing.T) {
 	b.storeBlocks(t, ids)
 	body := []byte(`{"model":"qwen","prompt":` + strconv.Quote(prompt) + `,"max_tokens":4}`)
 
-	var x extproc.Explanation
+	var x routing.Explanation
 	var raw []byte
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		before := replicaStates(t, s)
@@ -72,16 +73,16 @@ func TestExplainOverTheAdminListener(t *testing.T) {
 				t.Fatalf("explain did bookkeeping on %s: %+v, was %+v", st.Name, st, before[i])
 			}
 		}
-		x = extproc.Explanation{}
+		x = routing.Explanation{}
 		if err := json.Unmarshal(raw, &x); err != nil {
 			t.Fatalf("%v: %s", err, raw)
 		}
-		if x.Outcome == extproc.OutcomePrefix || time.Now().After(deadline) {
+		if x.Outcome == routing.OutcomePrefix || time.Now().After(deadline) {
 			break
 		}
 	}
 	full := len(ids) / blockSize
-	if x.Pick != "r1" || x.PickAddress != b.http.Listener.Addr().String() || x.Outcome != extproc.OutcomePrefix ||
+	if x.Pick != "r1" || x.PickAddress != b.http.Listener.Addr().String() || x.Outcome != routing.OutcomePrefix ||
 		x.PromptTokens != len(ids) || x.PromptBlocks != full || x.BlockSize != blockSize || x.MatchedTokens != full*blockSize {
 		t.Fatalf("explanation: %s", raw)
 	}
@@ -134,8 +135,8 @@ func TestExplainRefusesHostileRequests(t *testing.T) {
 	// A model no pool serves is explained (fail-open: by load), not an HTTP
 	// error, and its name is not echoed.
 	code, raw := postExplain(t, s, "/v1/completions", []byte(`{"model":"not-served","prompt":"x"}`))
-	var x extproc.Explanation
-	if err := json.Unmarshal(raw, &x); err != nil || code != 200 || x.Reason != extproc.ReasonUnknownModel || bytes.Contains(raw, []byte("not-served")) {
+	var x routing.Explanation
+	if err := json.Unmarshal(raw, &x); err != nil || code != 200 || x.Reason != routing.ReasonUnknownModel || bytes.Contains(raw, []byte("not-served")) {
 		t.Fatalf("unknown model: %d %s", code, raw)
 	}
 }

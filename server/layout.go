@@ -7,9 +7,9 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
-	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // layout is the pool → replica → DP-rank structure of a config, resolved
@@ -127,6 +127,6 @@ func (rl rankLayout) ingestRank() ingest.Rank {
 }
 
 // endpoint is the rank as the router takes it.
-func (rl rankLayout) endpoint() extproc.Endpoint {
-	return extproc.Endpoint{Replica: rl.r, Name: rl.name, Address: rl.cfg.Address, DPRank: rl.rank, DPSize: rl.cfg.DataParallelSize}
+func (rl rankLayout) endpoint() routing.Endpoint {
+	return routing.Endpoint{Replica: rl.r, Name: rl.name, Address: rl.cfg.Address, DPRank: rl.rank, DPSize: rl.cfg.DataParallelSize}
 }

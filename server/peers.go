@@ -7,8 +7,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/kvroute/kvroute/config"
-	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/mesh"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // panicMesh is kvroute_panics_total's component for the peer mesh.
@@ -49,7 +49,7 @@ func meshLayout(cfg *config.Config) uint64 {
 	return xxhash.Sum64String(b.String())
 }
 
-var _ mesh.Books = (*extproc.Router)(nil)
+var _ mesh.Books = (*routing.Router)(nil)
 
 // closeMesh releases the mesh's socket when New fails after building it.
 func (s *Server) closeMesh() {

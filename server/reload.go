@@ -29,7 +29,7 @@ const (
 var ErrRestartRequired = errors.New("these keys change only with a restart")
 
 // liveRoutingKeys are the routing keys a reload applies at once: the cost
-// model and the per-request limits (extproc.RouterOptions). The ext_proc
+// model and the per-request limits (routing.RouterOptions). The ext_proc
 // stream's own settings (body_limit_bytes, body_mode, debug_headers) and
 // everything outside routing need a restart.
 var liveRoutingKeys = map[string]bool{

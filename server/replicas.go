@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/config"
-	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // Replica is one member of a pool's replica set as SetReplicas takes it: the
@@ -201,8 +201,8 @@ func (s *Server) join(lp *livePool, lr *liveReplica) error {
 }
 
 // endpointsOf is the router's view of reps (those keep accepts; nil: all).
-func endpointsOf(reps []*liveReplica, keep func(*liveReplica) bool) []extproc.Endpoint {
-	var out []extproc.Endpoint
+func endpointsOf(reps []*liveReplica, keep func(*liveReplica) bool) []routing.Endpoint {
+	var out []routing.Endpoint
 	for _, lr := range reps {
 		if keep != nil && !keep(lr) {
 			continue

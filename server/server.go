@@ -28,6 +28,7 @@ import (
 	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/mesh"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // Options configures New.
@@ -58,7 +59,7 @@ type Server struct {
 	adminLn net.Listener
 	admin   *http.Server
 	panics  *panics.Counter
-	router  *extproc.Router
+	router  *routing.Router
 	fleet   *fleet
 	sources []poolSource
 	// reloadMu serialises Reload; cfg is the running config.

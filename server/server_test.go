@@ -25,6 +25,7 @@ import (
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/routing"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -233,8 +234,8 @@ func TestRouterKeysAtTheBlockSizeIngestLearned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Headers[extproc.HeaderDebugReason]; got != extproc.ReasonBlockSizeUnknown {
-		t.Fatalf("before any event: reason %q, want %q", got, extproc.ReasonBlockSizeUnknown)
+	if got := res.Headers[extproc.HeaderDebugReason]; got != routing.ReasonBlockSizeUnknown {
+		t.Fatalf("before any event: reason %q, want %q", got, routing.ReasonBlockSizeUnknown)
 	}
 	ids := tok.Encode(prompt, true)
 	b.storeBlocks(t, ids)

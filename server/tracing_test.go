@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/testdata"
+	"github.com/kvroute/kvroute/routing"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -146,8 +147,8 @@ pools:
 	}
 	// The LoRA name and salt enter the block hashes: the stored blocks do
 	// not match, the prompt is placed (outcome load, reason no_hit).
-	want := map[string]string{extproc.AttrPool: "qwen", extproc.AttrReplica: "r0", extproc.AttrOutcome: extproc.OutcomeLoad,
-		extproc.AttrReason: extproc.ReasonNoHit, extproc.AttrPromptTokens: "", extproc.AttrPromptBlocks: ""}
+	want := map[string]string{extproc.AttrPool: "qwen", extproc.AttrReplica: "r0", extproc.AttrOutcome: routing.OutcomeLoad,
+		extproc.AttrReason: routing.ReasonNoHit, extproc.AttrPromptTokens: "", extproc.AttrPromptBlocks: ""}
 	for _, kv := range root.GetAttributes() {
 		if w, ok := want[kv.GetKey()]; ok && w != "" && kv.GetValue().GetStringValue() != w {
 			t.Errorf("%s = %v, want %s", kv.GetKey(), kv.GetValue(), w)

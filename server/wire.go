@@ -8,24 +8,24 @@ import (
 	"os"
 
 	"github.com/kvroute/kvroute/config"
-	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // poolParts are what a pool needs beyond its config: its tokenizer and chat
 // renderer (nil: route by load).
 type poolParts struct {
-	tokenizer extproc.Tokenizer
-	chat      extproc.ChatRenderer
+	tokenizer routing.Tokenizer
+	chat      routing.ChatRenderer
 }
 
 // buildRouter turns the resolved layout into the router's view: one
 // endpoint per replica DP rank.
-func buildRouter(cfg *config.Config, ix *index.Index, lay layout, parts map[string]poolParts) (*extproc.Router, error) {
-	var pools []extproc.PoolConfig
+func buildRouter(cfg *config.Config, ix *index.Index, lay layout, parts map[string]poolParts) (*routing.Router, error) {
+	var pools []routing.PoolConfig
 	for _, pl := range lay {
 		p := pl.cfg
-		pc := extproc.PoolConfig{
+		pc := routing.PoolConfig{
 			Name: p.Name, ID: pl.id, Models: p.Models, LoRAAdapters: p.LoRAAdapters, Keys: pl.keys,
 		}
 		pp := parts[p.Name]
@@ -35,12 +35,12 @@ func buildRouter(cfg *config.Config, ix *index.Index, lay layout, parts map[stri
 		}
 		pools = append(pools, pc)
 	}
-	return extproc.NewRouter(ix, pools, RouterOptions(cfg.Routing))
+	return routing.NewRouter(ix, pools, RouterOptions(cfg.Routing))
 }
 
 // RouterOptions maps the routing config onto the router's cost model.
-func RouterOptions(r config.Routing) extproc.RouterOptions {
-	return extproc.RouterOptions{
+func RouterOptions(r config.Routing) routing.RouterOptions {
+	return routing.RouterOptions{
 		PrefillTokensPerSecond: r.PrefillTokensPerSecond,
 		ForeignRequestTokens:   r.ForeignRequestTokens,
 		DecodeInterference:     r.DecodeInterference.Std().Seconds(),
@@ -49,7 +49,7 @@ func RouterOptions(r config.Routing) extproc.RouterOptions {
 		KVFullPenalty:          r.KVFullPenalty.Std().Seconds(),
 		PlacementSlack:         r.PlacementSlack,
 		FailOpen:               r.FailOpenEnabled(),
-		Limits: extproc.Limits{
+		Limits: routing.Limits{
 			MaxPromptBytes:  r.MaxPromptBytes,
 			MaxPromptTokens: r.MaxPromptTokens,
 			MaxMessages:     r.MaxMessages,

@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // Bounds of `kvroute explain`: the request body it sends (the server applies
@@ -88,7 +88,7 @@ func runExplain(ctx context.Context, args []string, io stdio) error {
 		_, err := io.out.Write(answer)
 		return err
 	}
-	var x extproc.Explanation
+	var x routing.Explanation
 	if err := json.Unmarshal(answer, &x); err != nil {
 		return fmt.Errorf("answer is not an explanation: %w", err)
 	}
@@ -96,7 +96,7 @@ func runExplain(ctx context.Context, args []string, io stdio) error {
 }
 
 // printExplanation writes x as a summary and one table row per endpoint.
-func printExplanation(w io.Writer, x *extproc.Explanation) error {
+func printExplanation(w io.Writer, x *routing.Explanation) error {
 	switch {
 	case x.BlockSize > 0:
 		fmt.Fprintf(w, "pool %s: prompt of %d tokens, %d full blocks of %d\n", x.Pool, x.PromptTokens, x.PromptBlocks, x.BlockSize)
@@ -138,7 +138,7 @@ func printExplanation(w io.Writer, x *extproc.Explanation) error {
 }
 
 // figure formats a number of an explanation compactly (inf when infinite).
-func figure(f extproc.Figure) string {
+func figure(f routing.Figure) string {
 	v := float64(f)
 	if math.IsInf(v, 0) || math.IsNaN(v) {
 		return "inf"

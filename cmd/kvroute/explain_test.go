@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // TestExplainAgainstServe: `kvroute explain` asks a live `kvroute serve`'s
@@ -44,11 +44,11 @@ pools:
 	if code := explain("--json"); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var x extproc.Explanation
+	var x routing.Explanation
 	if err := json.Unmarshal(out.Bytes(), &x); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
-	if x.Pool != "p" || x.Outcome != extproc.OutcomeLoad || x.Reason != extproc.ReasonNoTokenizer || len(x.Candidates) != 3 {
+	if x.Pool != "p" || x.Outcome != routing.OutcomeLoad || x.Reason != routing.ReasonNoTokenizer || len(x.Candidates) != 3 {
 		t.Fatalf("explanation: %s", out.String())
 	}
 	picked := 0

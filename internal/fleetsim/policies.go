@@ -8,11 +8,11 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/config"
-	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/routebench"
 	"github.com/kvroute/kvroute/internal/vllmemu"
+	"github.com/kvroute/kvroute/routing"
 	"github.com/kvroute/kvroute/server"
 )
 
@@ -159,11 +159,11 @@ func spell(dst []byte, tokens []int) []byte {
 // path Decide takes once a /v1/completions body is parsed).
 type kvPicker struct {
 	ix       *index.Index
-	router   *extproc.Router
-	eps      []extproc.Endpoint
+	router   *routing.Router
+	eps      []routing.Endpoint
 	appliers []*ingest.Applier
 	byAddr   map[string]int
-	pending  map[int]*extproc.Decision
+	pending  map[int]*routing.Decision
 	counts   map[string]int
 	now      time.Time
 	// matches and blockSize serve the moved-from-holder count;
@@ -201,7 +201,7 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvroute config: %w", err)
 	}
-	k := &kvPicker{byAddr: map[string]int{}, pending: map[int]*extproc.Decision{}, counts: map[string]int{}, now: epoch}
+	k := &kvPicker{byAddr: map[string]int{}, pending: map[int]*routing.Decision{}, counts: map[string]int{}, now: epoch}
 	k.ix = index.New(index.Options{
 		TTL: cfg.Index.TTL.Std(), MaxEntries: cfg.Index.MaxEntries, CPUTierWeight: cfg.Index.CPUTierWeight,
 		SpeculativeTTL: cfg.Index.SpeculativeTTL.Std(), Now: func() time.Time { return k.now },
@@ -234,11 +234,11 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 			return nil, err
 		}
 		k.appliers = append(k.appliers, a)
-		k.eps = append(k.eps, extproc.Endpoint{Replica: r, Name: rc.Name, Address: rc.Address, DPSize: 1})
+		k.eps = append(k.eps, routing.Endpoint{Replica: r, Name: rc.Name, Address: rc.Address, DPSize: 1})
 		k.byAddr[rc.Address] = i
 	}
 	k.blockSize = pc.BlockSize
-	k.router, err = extproc.NewRouter(k.ix, []extproc.PoolConfig{{
+	k.router, err = routing.NewRouter(k.ix, []routing.PoolConfig{{
 		Name: pc.Name, ID: pid, Models: pc.Models, Keys: keys, Endpoints: k.eps,
 	}}, server.RouterOptions(cfg.Routing))
 	if err != nil {
@@ -328,7 +328,7 @@ type simMesh struct {
 	others  []*kvPicker
 	delay   time.Duration
 	nextID  uint64
-	pending map[uint64][]*extproc.PeerWork // id → its entry on each other router's books
+	pending map[uint64][]*routing.PeerWork // id → its entry on each other router's books
 }
 
 // delivery is a mesh message on its way to one router.
@@ -343,7 +343,7 @@ func joinPeers(ps []picker, delay time.Duration) {
 		ks = append(ks, p.(*kvPicker))
 	}
 	for i, k := range ks {
-		m := &simMesh{self: k, delay: delay, pending: map[uint64][]*extproc.PeerWork{}}
+		m := &simMesh{self: k, delay: delay, pending: map[uint64][]*routing.PeerWork{}}
 		for j, o := range ks {
 			if j != i {
 				m.others = append(m.others, o)
@@ -353,12 +353,12 @@ func joinPeers(ps []picker, delay time.Duration) {
 	}
 }
 
-func (m *simMesh) Began(w extproc.SharedWork) uint64 {
+func (m *simMesh) Began(w routing.SharedWork) uint64 {
 	m.nextID++
 	w.Keys = slices.Clone(w.Keys)
-	var ws []*extproc.PeerWork
+	var ws []*routing.PeerWork
 	for _, o := range m.others {
-		pw := new(extproc.PeerWork)
+		pw := new(routing.PeerWork)
 		ws = append(ws, pw)
 		o.deliver(m.self.now.Add(m.delay), func() {
 			var err error

@@ -51,7 +51,7 @@ type Options struct {
 	// policy its own memory and in-flight counts.
 	Gateways int
 	// Peers joins the Gateways kvroute instances in a peer mesh: each tells
-	// the others of every request it begins and ends (extproc.Sharer), as
+	// the others of every request it begins and ends (routing.Sharer), as
 	// `peers:` in kvroute's config does over ZeroMQ, PeerDelay after.
 	Peers bool
 	// PeerDelay is how long a mesh message takes to reach the other

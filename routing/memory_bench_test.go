@@ -1,4 +1,4 @@
-package extproc
+package routing
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/routetest"
 )
 
 // heapPeak samples the live heap while it runs and reports the largest
@@ -55,7 +56,7 @@ func (h *heapPeak) end() float64 {
 // memoryRouter is a one-pool router over the real Qwen3 tokenizer and chat
 // template with the given limits (zero: unbounded, as before issue 15).
 func memoryRouter(b *testing.B, lim Limits, inFlight int64) *Router {
-	tok, ct := loadQwen(b)
+	tok, ct := routetest.LoadQwen(b)
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 22, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second})
 	pid, _ := ix.AddPool("qwen")
 	var eps []Endpoint
@@ -63,8 +64,8 @@ func memoryRouter(b *testing.B, lim Limits, inFlight int64) *Router {
 		r, _ := ix.AddReplica(pid, fmt.Sprint("r", i))
 		eps = append(eps, Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
 	}
-	router, err := NewRouter(ix, []PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: templateChat{ct},
-		Keys: testKeys(b, "qwen", 16), Endpoints: eps}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.025, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, FailOpen: true, Limits: lim, MaxBytesInFlight: inFlight})
+	router, err := NewRouter(ix, []PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: routetest.TemplateChat{CT: ct},
+		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.025, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, FailOpen: true, Limits: lim, MaxBytesInFlight: inFlight})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func memoryRouter(b *testing.B, lim Limits, inFlight int64) *Router {
 func benchDecideMemory(b *testing.B, concurrent, promptBytes int) {
 	bodies := make([][]byte, concurrent)
 	for i := range bodies {
-		text := prose(uint64(10+i), promptBytes/5)[:promptBytes] // ASCII prose: any cut is valid
+		text := routetest.Prose(uint64(10+i), promptBytes/5)[:promptBytes] // ASCII prose: any cut is valid
 		bodies[i] = fmt.Appendf(nil, `{"model":"qwen3","prompt":%q}`, text)
 	}
 	for _, c := range []struct {

@@ -1,4 +1,4 @@
-package extproc
+package routing
 
 import (
 	"encoding/json"
@@ -173,5 +173,29 @@ func TestParseRequestAllocatesTheRequestAndTheModel(t *testing.T) {
 	}
 	if _, err := ParseRequest("/v1/chat/completions", []byte(`{"model":"m","messages":[],"cache_salt":"","cache_salt":null}`), Limits{}); err != nil {
 		t.Errorf("an empty salt cleared by a later null: %v", err)
+	}
+}
+
+// TestDecideBudgetIsReleased: every decision gives back the body bytes it
+// took from the in-flight budget, whichever way it ended, and a body that
+// does not fit routes by load untokenized.
+func TestDecideBudgetIsReleased(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	o := h.router.Options()
+	o.MaxBytesInFlight = 2500
+	h.router.SetOptions(o)
+	for _, body := range []string{
+		`{"model":"qwen3","prompt":"` + sharedPrefix + `"}`,
+		`{"model":"qwen3","prompt":"` + sharedPrefix + `","pad":"` + strings.Repeat(" ", 2500) + `"}`,
+		`{"model":"qwen3","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"qwen3","prompt":[1,2,"x"]}`,
+	} {
+		h.route([]byte(body))
+		if n := h.router.bytesInFlight.Load(); n != 0 {
+			t.Fatalf("%d bytes still counted in flight after a %d-byte decision ended", n, len(body))
+		}
+	}
+	if d := h.router.Decide("/v1/completions", []byte(`{"model":"qwen3","prompt":"x","pad":"`+strings.Repeat(" ", 2500)+`"}`), nil); d.Reason != ReasonDecideBudget {
+		t.Fatalf("a body over the budget: reason %s, want %s", d.Reason, ReasonDecideBudget)
 	}
 }

@@ -1,4 +1,4 @@
-package extproc
+package routing
 
 import (
 	"errors"
@@ -111,5 +111,51 @@ func (r *Router) holdBlocks(replica index.Replica, keys []index.BlockKey, matche
 		// The request will hit the matched ones on its replica: keep them
 		// as fresh as the engine's LRU does; the rest it is about to hold.
 		r.ix.Hold(replica, keys, matched)
+	}
+}
+
+// Begin records the routed request on its endpoint: in flight, its uncached
+// prompt tokens in the replica's prefill queue, and speculative ownership of
+// its blocks. End must follow when the stream ends.
+func (r *Router) Begin(d *Decision) {
+	r.BeginLoad(d)
+	r.BeginBlocks(d)
+}
+
+// BeginLoad is the first half of Begin: the request in flight and its
+// uncached tokens queued on its replica (and told to the peers). It is
+// cheap and comes before the answer to Envoy, so the request counts as load
+// before it can reach its replica.
+func (r *Router) BeginLoad(d *Decision) {
+	if d.Endpoint == nil {
+		return
+	}
+	uncached := max(d.PromptTokens-d.MatchedTokens, 0)
+	d.ticket = r.beginWork(d.Endpoint.Replica, uncached, nil, 0)
+	if s := r.share(); s != nil {
+		d.sharedID = s.Began(SharedWork{Pool: d.Pool, Endpoint: d.Endpoint.Name, Uncached: uncached, Matched: d.matchedBlocks, Keys: d.Keys})
+	}
+}
+
+// BeginBlocks is the second half of Begin: the request's matched blocks
+// refreshed and the rest stored as speculative on its replica (holdBlocks:
+// a lock and a table probe per block). The server runs it just after
+// answering Envoy, off the request's path: a decision made in those
+// microseconds misses the entries, as one made while this decision ran
+// does anyway.
+func (r *Router) BeginBlocks(d *Decision) {
+	if d.Endpoint == nil {
+		return
+	}
+	r.holdBlocks(d.Endpoint.Replica, d.Keys, d.matchedBlocks)
+}
+
+// End releases what Begin recorded.
+func (r *Router) End(d *Decision) {
+	if d.Endpoint != nil {
+		r.ix.EndWork(d.Endpoint.Replica, d.ticket)
+		if s := r.share(); s != nil {
+			s.Ended(d.sharedID)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package extproc
+package routing
 
 import (
 	"encoding/json"
@@ -110,10 +110,24 @@ func (f *Figure) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// recorder collects what one decision weighed (explain: the candidates)
+// Steps of a decision, as Recorder.Steps names them (a step that did not
+// run is not reported).
+const (
+	stepParse = iota
+	stepTemplate
+	stepTokenize
+	stepKeys
+	stepLookup
+	stepPick
+	numSteps
+)
+
+var stepNames = [numSteps]string{"parse", "template", "tokenize", "keys", "lookup", "pick"}
+
+// Recorder collects what one decision weighed (explain: the candidates)
 // and when each of its steps ended (trace); every method is a no-op on a nil
-// recorder (Decide's path).
-type recorder struct {
+// Recorder (Decide's path).
+type Recorder struct {
 	explain      bool
 	cands        []ExplainCandidate
 	promptTokens int
@@ -124,21 +138,52 @@ type recorder struct {
 	marks [numSteps]time.Time // zero: the step did not run
 }
 
-func (rec *recorder) reset() {
+// NewRecorder returns a Recorder for DecideRecorded: with explain it
+// collects every weighed endpoint's cost (Scores), with trace when each step
+// of the decision ended (Steps), timed from now.
+func NewRecorder(explain, trace bool) *Recorder {
+	rec := &Recorder{explain: explain, trace: trace}
+	if trace {
+		rec.start = time.Now()
+	}
+	return rec
+}
+
+// Start is when NewRecorder began timing (zero without trace).
+func (rec *Recorder) Start() time.Time { return rec.start }
+
+// Steps calls f for each step the decision ran, in order, with when it
+// began and ended; the last step, pick, ends at end when the decision did
+// not reach it (it answered before choosing a replica).
+func (rec *Recorder) Steps(end time.Time, f func(step string, from, to time.Time)) {
+	if rec.marks[stepPick].IsZero() {
+		rec.marks[stepPick] = end
+	}
+	from := rec.start
+	for step, at := range rec.marks {
+		if at.IsZero() {
+			continue
+		}
+		f(stepNames[step], from, at)
+		from = at
+	}
+}
+
+func (rec *Recorder) reset() {
 	if rec != nil {
 		rec.cands = rec.cands[:0]
 	}
 }
 
 // mark notes that step just ended.
-func (rec *recorder) mark(step int) {
+func (rec *Recorder) mark(step int) {
 	if rec != nil && rec.trace {
 		rec.marks[step] = time.Now()
 	}
 }
 
 // add records endpoint ep as eligible until told otherwise and returns its slot.
-func (rec *recorder) add(ep *Endpoint) int {
+func (rec *Recorder) add(ep *Endpoint) int {
 	if rec == nil || !rec.explain {
 		return -1
 	}
@@ -148,7 +193,7 @@ func (rec *recorder) add(ep *Endpoint) int {
 
 // ineligible marks slot's endpoint as not weighed, and why; an endpoint
 // outside the subset hint was not looked up, so its health is unknown.
-func (rec *recorder) ineligible(slot int, why string) {
+func (rec *Recorder) ineligible(slot int, why string) {
 	if rec == nil || !rec.explain {
 		return
 	}
@@ -158,7 +203,7 @@ func (rec *recorder) ineligible(slot int, why string) {
 }
 
 // weigh records candidate c's held prefix, uncached tokens and cost.
-func (rec *recorder) weigh(r *Router, c *candidate, held index.Match, uncached, cost float64) {
+func (rec *Recorder) weigh(r *Router, c *candidate, held index.Match, uncached, cost float64) {
 	if rec == nil || !rec.explain {
 		return
 	}
@@ -174,8 +219,10 @@ func (rec *recorder) weigh(r *Router, c *candidate, held index.Match, uncached, 
 	e.UncachedTokens, e.Cost = Figure(max(uncached, 0)), Figure(cost)
 }
 
-// scores formats the weighed candidates' costs as HeaderScores carries them.
-func (rec *recorder) scores() string {
+// Scores formats the weighed candidates' costs as `name=ms` pairs,
+// comma-separated in pool order ("inf" for an endpoint that cannot take the
+// request): the value of extproc's scores header.
+func (rec *Recorder) Scores() string {
 	var b strings.Builder
 	for _, c := range rec.cands {
 		if !c.Weighed {
@@ -201,7 +248,7 @@ func (rec *recorder) scores() string {
 // costs are broken at random as in Decide, so a tied pick may differ between
 // calls.
 func (r *Router) Explain(path string, body []byte) Explanation {
-	rec := &recorder{explain: true}
+	rec := &Recorder{explain: true}
 	d := r.decide(path, body, nil, rec)
 	x := Explanation{
 		Pool: d.Pool, PromptTokens: max(d.PromptTokens, rec.promptTokens), PromptBlocks: len(d.Keys), BlockSize: rec.blockSize,

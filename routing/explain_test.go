@@ -1,4 +1,4 @@
-package extproc
+package routing
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/routetest"
 )
 
 // TestExplainIsDecideWithoutBookkeeping: Explain weighs every endpoint as
@@ -29,7 +30,7 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 	body := []byte(`{"model":"qwen3","prompt":"` + sharedPrefix + `"}`)
 	before := replicaStates(h)
 
-	x := h.server.router.Explain("/v1/completions", body)
+	x := h.router.Explain("/v1/completions", body)
 	for i, st := range replicaStates(h) {
 		if st.InFlight != before[i].InFlight || st.PendingTokens != before[i].PendingTokens || st.StartedSinceLoad != before[i].StartedSinceLoad ||
 			st.RecentRequests() > before[i].RecentRequests() {
@@ -40,7 +41,7 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 	if m := h.ix.LookupRoute(h.pool, keys, nil); len(m) != 2 {
 		t.Fatalf("after Explain %d replicas hold the prompt's first block, want 2: %+v", len(m), m)
 	}
-	d := h.server.router.Decide("/v1/completions", body, nil)
+	d := h.router.Decide("/v1/completions", body, nil)
 	if x.Pick != d.Endpoint.Name || x.PickAddress != d.Endpoint.Address || float64(x.Cost) != d.Cost ||
 		x.MatchedTokens != d.MatchedTokens || x.Outcome != d.Outcome || x.Reason != d.Reason ||
 		x.PromptTokens != d.PromptTokens || x.PromptBlocks != len(d.Keys) || x.Pool != "qwen" || x.BlockSize != testBlockSize {
@@ -74,14 +75,14 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 // is explained with its outcome, reason and status.
 func TestExplainRejectionAndLoad(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	x := h.server.router.Explain("/v1/completions", []byte(`{"model":"secret-model-name","prompt":"x"}`))
+	x := h.router.Explain("/v1/completions", []byte(`{"model":"secret-model-name","prompt":"x"}`))
 	if x.Outcome != OutcomeRejected || x.Reason != ReasonUnknownModel || x.Status != 404 || x.Pick != "" || x.Candidates == nil {
 		t.Fatalf("unknown model: %+v", x)
 	}
 	if strings.Contains(x.Error, "secret") {
 		t.Fatalf("error quotes the model name: %q", x.Error)
 	}
-	x = h.server.router.Explain("/v1/completions", []byte(`{"model":"qwen3","prompt":"a fresh prompt nobody holds at all"}`))
+	x = h.router.Explain("/v1/completions", []byte(`{"model":"qwen3","prompt":"a fresh prompt nobody holds at all"}`))
 	if x.Outcome != OutcomeLoad || x.Reason != ReasonNoHit || x.Pick == "" || len(x.Candidates) != len(h.eps) || x.PromptTokens == 0 {
 		t.Fatalf("placement: %+v", x)
 	}
@@ -140,12 +141,12 @@ func FuzzExplain(f *testing.F) {
 	ix.SetHealthy(eps[2].Replica, false)
 	r, err := NewRouter(ix, []PoolConfig{{
 		Name: "qwen", ID: pid, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
-		Tokenizer: wordTokenizer{}, Chat: lineChat{}, Keys: testKeys(f, "qwen", testBlockSize), Endpoints: eps,
+		Tokenizer: routetest.WordTokenizer{}, Chat: routetest.LineChat{}, Keys: routetest.PoolKeys(f, "qwen", testBlockSize), Endpoints: eps,
 	}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, PlacementSlack: 0.5, FailOpen: true})
 	if err != nil {
 		f.Fatal(err)
 	}
-	d := r.DecideIDs("qwen3", wordTokenizer{}.Encode(sharedPrefix, true))
+	d := r.DecideIDs("qwen3", routetest.WordTokenizer{}.Encode(sharedPrefix, true))
 	ix.Store(eps[0].Replica, d.Keys, index.TierGPU)
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
 		x := r.Explain(path, body)

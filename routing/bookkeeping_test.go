@@ -1,4 +1,4 @@
-package extproc
+package routing
 
 import (
 	"errors"
@@ -31,18 +31,17 @@ func (s *recordingSharer) Ended(id uint64) {
 	s.mu.Unlock()
 }
 
-// TestRoutedRequestsAreShared: every request routed over a real ext_proc
-// stream is told to the Sharer with its endpoint, uncached tokens and keys,
-// and its end once the stream ends.
+// TestRoutedRequestsAreShared: every request routed and begun is told to
+// the Sharer with its endpoint, uncached tokens and keys,
+// and its end once it ends.
 func TestRoutedRequestsAreShared(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	s := &recordingSharer{}
-	h.server.router.SetSharer(s)
+	h.router.SetSharer(s)
 	keys := h.keysOf(sharedPrefix, blockhash.RequestKeys{})
 	h.ix.Store(h.eps[1].Replica, keys[:2], index.TierGPU)
-	res := h.do(modes[0].cfg, completion(sharedPrefix))
-	if res.Headers[HeaderDestination] != h.eps[1].Address {
-		t.Fatalf("routed to %s, want the holder", res.Headers[HeaderDestination])
+	if dest := h.route(completion(sharedPrefix)); dest != h.eps[1].Address {
+		t.Fatalf("routed to %s, want the holder", dest)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -65,7 +64,7 @@ func TestRoutedRequestsAreShared(t *testing.T) {
 // requests count as known in flight, not as foreign queue.
 func TestPeerWorkSteersLikeOwnWork(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	r := h.server.router
+	r := h.router
 	keys := h.keysOf(sharedPrefix, blockhash.RequestKeys{})
 	h.ix.Store(h.eps[0].Replica, keys, index.TierGPU)
 	var works []PeerWork
@@ -79,7 +78,7 @@ func TestPeerWorkSteersLikeOwnWork(t *testing.T) {
 	if st, _ := h.ix.Replica(h.eps[0].Replica); st.InFlight != 5 || st.PendingTokens != 50000 {
 		t.Fatalf("peer work on the books: in flight %d, pending %g tokens; want 5 and 50000", st.InFlight, st.PendingTokens)
 	}
-	if res := h.do(modes[0].cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] == h.eps[0].Address {
+	if dest := h.route(completion(sharedPrefix)); dest == h.eps[0].Address {
 		t.Fatal("routed to the holder with 5 s of peers' prefill queued")
 	}
 	for _, w := range works {
@@ -87,14 +86,14 @@ func TestPeerWorkSteersLikeOwnWork(t *testing.T) {
 	}
 	h.ix.Clear(h.eps[1].Replica) // the detour's speculative entries
 	h.ix.Clear(h.eps[2].Replica)
-	if res := h.do(modes[0].cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] != h.eps[0].Address {
-		t.Fatalf("holder not chosen once the peers' work ended: %s", res.Headers[HeaderDestination])
+	if dest := h.route(completion(sharedPrefix)); dest != h.eps[0].Address {
+		t.Fatalf("holder not chosen once the peers' work ended: %s", dest)
 	}
 }
 
 func TestBeginPeerRefusesWhatItCannotBook(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	r := h.server.router
+	r := h.router
 	for _, c := range []struct {
 		name string
 		w    SharedWork

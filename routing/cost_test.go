@@ -1,4 +1,4 @@
-package extproc
+package routing
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
-	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/routetest"
 )
 
 var costOpts = RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1000, DecodeInterference: 0.002,
@@ -68,47 +68,6 @@ func TestCachedDocumentOutweighsAShortQueue(t *testing.T) {
 	}
 }
 
-// TestLoadedHolderIsAvoidedOverGRPC: the holder of a prompt's prefix has a
-// long queue of this router's own routed prefill (no scrape involved); the
-// request goes elsewhere over a real ext_proc stream. Once those requests'
-// streams end, the holder wins again.
-func TestLoadedHolderIsAvoidedOverGRPC(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	keys := h.keysOf(sharedPrefix, blockhash.RequestKeys{})
-	h.ix.Store(h.eps[0].Replica, keys, index.TierGPU)
-	if res := h.do(modes[0].cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] != h.eps[0].Address {
-		t.Fatalf("idle holder not chosen: %s", res.Headers[HeaderDestination])
-	}
-	var tickets []index.Ticket
-	for i := 0; i < 5; i++ { // 5 × 10,000 uncached tokens: 5 s at 10k tokens/s
-		tickets = append(tickets, h.ix.BeginWork(h.eps[0].Replica, 10000, 10000))
-	}
-	for _, mode := range modes {
-		if res := h.do(mode.cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] == h.eps[0].Address {
-			t.Fatalf("%s: routed to the holder with 5 s of prefill queued", mode.name)
-		}
-	}
-	// Half of it drains with time at the default rate; still avoided.
-	h.advance(2 * time.Second)
-	if res := h.do(modes[0].cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] == h.eps[0].Address {
-		t.Fatal("routed to the holder with 3 s of prefill left")
-	}
-	// The last routed request's stream ended: all queued before it is done
-	// (the pending prefill is 0 from here on); then the others end too.
-	h.ix.EndWork(h.eps[0].Replica, tickets[len(tickets)-1])
-	if st, _ := h.ix.Replica(h.eps[0].Replica); st.PendingTokens != 0 {
-		t.Fatalf("pending prefill %g tokens after the last routed request ended", st.PendingTokens)
-	}
-	for _, tk := range tickets[:len(tickets)-1] {
-		h.ix.EndWork(h.eps[0].Replica, tk)
-	}
-	h.ix.Clear(h.eps[1].Replica) // the detours' speculative entries
-	h.ix.Clear(h.eps[2].Replica)
-	if res := h.do(modes[0].cfg, completion(sharedPrefix)); res.Headers[HeaderDestination] != h.eps[0].Address {
-		t.Fatalf("holder not chosen once its queue ended: %s", res.Headers[HeaderDestination])
-	}
-}
-
 // TestFullCacheIsNotIneligible: every replica at 100 % KV usage still
 // serves (issue 14: no request rejected while an engine is up).
 func TestFullCacheIsNotIneligible(t *testing.T) {
@@ -117,13 +76,12 @@ func TestFullCacheIsNotIneligible(t *testing.T) {
 		h.ix.SetLoad(ep.Replica, index.Load{KVUsage: 1, Running: 8, Waiting: 4}, h.clock())
 	}
 	for i := 0; i < 5; i++ {
-		res := h.do(modes[0].cfg, completion(fmt.Sprintf("%s %d", sharedPrefix, i)))
-		if res.Status != 0 || res.Headers[HeaderDestination] == "" {
-			t.Fatalf("request %d with every KV cache full: status %d, destination %q", i, res.Status, res.Headers[HeaderDestination])
+		d := h.router.Decide("/v1/completions", completion(fmt.Sprintf("%s %d", sharedPrefix, i)), nil)
+		if d.Endpoint == nil || d.Outcome == OutcomeRejected {
+			t.Fatalf("request %d with every KV cache full: %s %s (status %d)", i, d.Outcome, d.Reason, d.Status)
 		}
-	}
-	if n := h.decisions(OutcomeRejected, ReasonNoEligible); n != 0 {
-		t.Fatalf("%g requests rejected with full caches", n)
+		h.router.Begin(&d)
+		h.router.End(&d)
 	}
 }
 
@@ -133,7 +91,7 @@ func TestFullCacheIsNotIneligible(t *testing.T) {
 func TestPlacementIsStickyWithinTheLoadBound(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	doc := "an evicted document " + strings.Repeat(sharedPrefix+" ", 4)
-	first := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]
+	first := h.route(completion(doc))
 	var home Endpoint
 	for _, ep := range h.eps {
 		if ep.Address == first {
@@ -143,14 +101,14 @@ func TestPlacementIsStickyWithinTheLoadBound(t *testing.T) {
 	h.ix.Clear(home.Replica) // forget the speculative entries: evicted everywhere
 	// A little own queue (well within half the prompt's prefill time): stays.
 	tk := h.ix.BeginWork(home.Replica, 2, 10000)
-	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got != first {
+	if got := h.route(completion(doc)); got != first {
 		t.Fatalf("re-placed on %s, want its rendezvous home %s", got, first)
 	}
 	h.ix.EndWork(home.Replica, tk)
 	h.ix.Clear(home.Replica)
 	// Far beyond the bound: the cheapest wins.
 	h.ix.BeginWork(home.Replica, 100000, 10000)
-	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got == first {
+	if got := h.route(completion(doc)); got == first {
 		t.Fatal("placed on its rendezvous home with 10 s of queued prefill")
 	}
 }
@@ -164,7 +122,7 @@ func TestPlacementIsStickyWithinTheLoadBound(t *testing.T) {
 func TestPlacementSkipsAReplicaHoldingMoreThanItsShare(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	doc := "a document nobody holds " + strings.Repeat(sharedPrefix+" ", 4)
-	first := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]
+	first := h.route(completion(doc))
 	var home Endpoint
 	for _, ep := range h.eps {
 		if ep.Address == first {
@@ -178,13 +136,13 @@ func TestPlacementSkipsAReplicaHoldingMoreThanItsShare(t *testing.T) {
 		other[i] = index.BlockKey(0xD0C0000 + i)
 	}
 	h.ix.Store(home.Replica, other, index.TierGPU)
-	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got == first {
+	if got := h.route(completion(doc)); got == first {
 		t.Fatalf("placed on its rendezvous home holding %d blocks while the others hold none", len(other))
 	}
 	for _, ep := range h.eps {
 		h.ix.Clear(ep.Replica)
 	}
-	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got != first {
+	if got := h.route(completion(doc)); got != first {
 		t.Fatalf("placed on %s once every cache is empty, want its rendezvous home %s", got, first)
 	}
 }
@@ -215,7 +173,7 @@ func TestIdleReplicasWithSlightlyDifferentRatesAreTied(t *testing.T) {
 	}
 	h.ix.Store(fastest.Replica, held, index.TierGPU)
 	doc := "a new document " + strings.Repeat(sharedPrefix+" ", 4)
-	if got := h.do(modes[0].cfg, completion(doc)).Headers[HeaderDestination]; got == fastest.Address {
+	if got := h.route(completion(doc)); got == fastest.Address {
 		t.Fatalf("a new document went to the fastest-looking idle replica, which holds %d blocks while the others hold none", len(held))
 	}
 }
@@ -224,7 +182,7 @@ func TestIdleReplicasWithSlightlyDifferentRatesAreTied(t *testing.T) {
 // path as a parsed /v1/completions body of token ids.
 func TestDecideIDsIsDecide(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	ids := wordTokenizer{}.Encode(sharedPrefix, true)
+	ids := routetest.WordTokenizer{}.Encode(sharedPrefix, true)
 	h.ix.Store(h.eps[2].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
 	var body strings.Builder
 	body.WriteString(`{"model":"qwen3","prompt":[`)
@@ -235,13 +193,13 @@ func TestDecideIDsIsDecide(t *testing.T) {
 		fmt.Fprint(&body, id)
 	}
 	body.WriteString(`]}`)
-	a := h.server.router.Decide("/v1/completions", []byte(body.String()), nil)
-	b := h.server.router.DecideIDs("qwen3", ids)
+	a := h.router.Decide("/v1/completions", []byte(body.String()), nil)
+	b := h.router.DecideIDs("qwen3", ids)
 	if a.Endpoint == nil || b.Endpoint == nil || a.Endpoint.Address != h.eps[2].Address || b.Endpoint.Address != a.Endpoint.Address ||
 		a.MatchedTokens != b.MatchedTokens || a.Outcome != b.Outcome || len(a.Keys) != len(b.Keys) {
 		t.Fatalf("Decide %+v\nDecideIDs %+v", a, b)
 	}
-	if d := h.server.router.DecideIDs("nope", ids); d.Outcome != OutcomeRejected || d.Status != 404 {
+	if d := h.router.DecideIDs("nope", ids); d.Outcome != OutcomeRejected || d.Status != 404 {
 		t.Fatalf("unknown model: %+v", d)
 	}
 }
@@ -295,7 +253,7 @@ func TestForeignRunningShareDrainsSinceTheScrape(t *testing.T) {
 // hold the prefix, the one given the fewest requests lately wins.
 func TestNewConversationsSpreadOverTheWholeFleet(t *testing.T) {
 	h := newHarness(t, harnessOptions{strictPlacement: true})
-	conversation := func(i int) fakeenvoy.Request {
+	conversation := func(i int) []byte {
 		var b strings.Builder
 		b.WriteString(sharedPrefix)
 		for w := range 200 {
@@ -305,7 +263,7 @@ func TestNewConversationsSpreadOverTheWholeFleet(t *testing.T) {
 	}
 	got := map[string]int{}
 	for i := range len(h.eps) {
-		dest := h.do(modes[0].cfg, conversation(i)).Headers[HeaderDestination]
+		dest := h.route(conversation(i))
 		got[dest]++
 	}
 	if len(got) != len(h.eps) {
@@ -316,7 +274,7 @@ func TestNewConversationsSpreadOverTheWholeFleet(t *testing.T) {
 	for _, ep := range h.eps[:2] {
 		h.ix.EndWork(ep.Replica, h.ix.BeginWork(ep.Replica, 0, 10000))
 	}
-	if dest := h.do(modes[0].cfg, conversation(len(h.eps))).Headers[HeaderDestination]; dest != h.eps[2].Address {
+	if dest := h.route(conversation(len(h.eps))); dest != h.eps[2].Address {
 		t.Fatalf("new conversation went to %s, want %s (fewest requests lately)", dest, h.eps[2].Address)
 	}
 }

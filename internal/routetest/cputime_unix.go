@@ -1,16 +1,16 @@
 //go:build unix
 
-package extproc
+package routetest
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the CPU time this process has used (user + system, every
+// ProcessCPU is the CPU time this process has used (user + system, every
 // thread: the work, the GC and the runtime). Benchmarks report it per
 // operation because on a shared machine it moves far less than wall time.
-func processCPU() time.Duration {
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0

@@ -1,0 +1,113 @@
+package routing
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/routetest"
+)
+
+const testBlockSize = routetest.BlockSize
+
+// sharedPrefix is a prompt of several blocks at testBlockSize.
+const sharedPrefix = "You are a careful assistant. Answer in one short paragraph and cite the policy section when it applies to the question asked"
+
+// harness is a router over an index with one pool "qwen" (models qwen3,
+// adapter sql-lora) of three replicas, on a clock the test moves; route
+// makes a decision with its bookkeeping as an ext_proc stream does.
+type harness struct {
+	t      *testing.T
+	ix     *index.Index
+	pool   index.PoolID
+	eps    []Endpoint
+	router *Router
+	now    time.Time
+	nowMu  sync.Mutex
+}
+
+type harnessOptions struct {
+	// strictPlacement sets routing.placement_slack 0 (the default; the
+	// harness otherwise uses 0.5).
+	strictPlacement bool
+}
+
+func newHarness(t *testing.T, o harnessOptions) *harness {
+	t.Helper()
+	h := &harness{t: t, now: time.Unix(1_767_225_600, 0)}
+	h.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: h.clock})
+	var err error
+	if h.pool, err = h.ix.AddPool("qwen"); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range []string{"127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"} {
+		name := fmt.Sprintf("vllm-%d", i)
+		r, err := h.ix.AddReplica(h.pool, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.eps = append(h.eps, Endpoint{Replica: r, Name: name, Address: a, DPSize: 1})
+	}
+	pools := []PoolConfig{{
+		Name: "qwen", ID: h.pool, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
+		Tokenizer: routetest.WordTokenizer{}, Chat: routetest.LineChat{}, Keys: routetest.PoolKeys(t, "qwen", testBlockSize),
+		Endpoints: h.eps,
+	}}
+	slack := 0.5
+	if o.strictPlacement {
+		slack = 0
+	}
+	h.router, err = NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *harness) clock() time.Time {
+	h.nowMu.Lock()
+	defer h.nowMu.Unlock()
+	return h.now
+}
+
+func (h *harness) advance(d time.Duration) {
+	h.nowMu.Lock()
+	h.now = h.now.Add(d)
+	h.nowMu.Unlock()
+}
+
+// keysOf computes a prompt's block keys as the router does (token keys).
+func (h *harness) keysOf(prompt string, rk blockhash.RequestKeys) []index.BlockKey {
+	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
+	raw, err := blockhash.AppendKeys(k, nil, k.Root(), routetest.WordTokenizer{}.Encode(prompt, true), rk)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	keys := make([]index.BlockKey, len(raw))
+	for i, v := range raw {
+		keys[i] = index.BlockKey(v)
+	}
+	return keys
+}
+
+// route decides a /v1/completions body and keeps the books as the ext_proc
+// stream does (Begin, then End when the request is over), and returns the
+// chosen address ("" when rejected).
+func (h *harness) route(body []byte) string {
+	h.t.Helper()
+	d := h.router.Decide("/v1/completions", body, nil)
+	if d.Endpoint == nil {
+		return ""
+	}
+	h.router.Begin(&d)
+	h.router.End(&d)
+	return d.Endpoint.Address
+}
+
+// completion is a /v1/completions body for prompt.
+func completion(prompt string) []byte {
+	return fmt.Appendf(nil, `{"model":"qwen3","prompt":%q,"max_tokens":8}`, prompt)
+}
