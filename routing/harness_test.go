@@ -73,12 +73,6 @@ func (h *harness) clock() time.Time {
 	return h.now
 }
 
-func (h *harness) advance(d time.Duration) {
-	h.nowMu.Lock()
-	h.now = h.now.Add(d)
-	h.nowMu.Unlock()
-}
-
 // keysOf computes a prompt's block keys as the router does (token keys).
 func (h *harness) keysOf(prompt string, rk blockhash.RequestKeys) []index.BlockKey {
 	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
