@@ -35,7 +35,8 @@ const (
 	DefaultScrapeInterval      = time.Second
 	DefaultScrapeTimeout       = 2 * time.Second
 	// DefaultHealthInterval: a frozen engine is unroutable within one
-	// interval plus the 300 ms an unanswered probe is given (issue 15: 0.5 s).
+	// interval plus the 300 ms an unanswered probe is given, inside the 0.5 s
+	// a frozen engine may stay routable.
 	DefaultHealthInterval = 100 * time.Millisecond
 	DefaultHashAlgorithm  = "sha256"
 	DefaultDiscoveryKind  = DiscoveryStatic

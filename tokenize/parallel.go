@@ -11,7 +11,7 @@ import (
 // fewer than GOMAXPROCS-1 helpers run. Words are independent once
 // pre-tokenized, so the ids do not depend on who encoded which chunk. At
 // 2,000 words (Decide_Chat8kCold) a helper cost more than it saved on the
-// 2-vCPU VM of docs/PERFORMANCE.md (stop 27): waking it and running two
+// 2-vCPU VM of docs/PERFORMANCE.md: waking it and running two
 // threads at once took ~50 % more CPU and no less time.
 const (
 	parallelMinWords   = 4096

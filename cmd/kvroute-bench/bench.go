@@ -112,7 +112,7 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	for _, p := range []string{routebench.PolicyKVRouteTokens, routebench.PolicyKVRouteEngine, routebench.PolicyKVRouteTokensPeers} {
 		if goals := routebench.CheckGoals(results, p); len(goals) > 0 {
 			if first {
-				hdr.WriteString("\ngoals (issue 14):\n\n")
+				hdr.WriteString("\ngoals:\n\n")
 				first = false
 			}
 			routebench.WriteGoals(&hdr, p, goals)

@@ -258,8 +258,9 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 	if d.Endpoint == nil {
 		return 0, fmt.Errorf("kvroute: %s/%s: %v", d.Outcome, d.Reason, d.Err)
 	}
-	// Hypothesis (a) of issue 14, counted: the request went to a replica
-	// holding less of its prefix than the best holder did.
+	// Counted, to test whether the load term moves requests off their
+	// prefix: the request went to a replica holding less of its prefix than
+	// the best holder did.
 	if len(d.Keys) > 0 {
 		best := 0
 		k.matches = k.ix.LookupRoute(k.eps[0].Replica.Pool, d.Keys, k.matches[:0])

@@ -50,7 +50,8 @@ func RunAll(src Source, policies []string, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// jsonPolicy and jsonReport are results.json, in issue 14's shape.
+// jsonPolicy and jsonReport are results.json: per policy the token hit rate,
+// TTFT quantiles and counts, beside the ideal and pooled hit rates.
 type jsonPolicy struct {
 	Name         string  `json:"name"`
 	TokenHitRate float64 `json:"token_hit_rate"`

@@ -31,8 +31,8 @@ const (
 	PolicyApproxPrefix  = "approx-prefix"
 	PolicyKVRouteTokens = "kvroute-tokens"
 	PolicyKVRouteEngine = "kvroute-engine"
-	// PolicyGreedy is GreedyCacheAware (called "oracle" before issue 14: it
-	// is not a bound).
+	// PolicyGreedy is GreedyCacheAware: a greedy heuristic over the engines'
+	// real caches, not a bound.
 	PolicyGreedy = "greedy-cache-aware"
 	// PolicyKVRouteTokensB is kvroute-tokens with BenchOptions.RoutingB
 	// instead of Routing: an A/B of a routing setting inside one run.
@@ -692,7 +692,7 @@ type Goal struct {
 	Detail string
 }
 
-// CheckGoals evaluates issue 14's goals for kvroute (the variant named by
+// CheckGoals evaluates the routing goals for kvroute (the variant named by
 // policy) on what was run: no-sharing TTFT p90 ≤ 1.05× round-robin's at every
 // rate; no request rejected; on eviction and several gateways (highest rate)
 // TTFT p90 ≥ 2× better than approx-prefix's and token hit rate ≥
