@@ -107,6 +107,7 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 			parent = p
 		}
 		var extraBuf [2]blockhash.Value
+		tier := tierOf(ev)
 		for i, h := range ev.BlockHashes {
 			k, err := blockhash.BlockKey(keyer, parent, ev.TokenIDs[i*bs:(i+1)*bs], blockExtra(ev, i, extraBuf[:0]))
 			if err != nil {
@@ -114,7 +115,7 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 				rs.met.skipTok.Inc()
 				return
 			}
-			rs.keys.put(h.Value, k)
+			rs.keys.put(h.Value, k, tier)
 			keys = append(keys, index.BlockKey(k))
 			parent = k
 		}
@@ -160,14 +161,14 @@ func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 	}
 	keys := rs.keysBuf[:0]
 	engine := rs.pool.keys.EngineKeys()
+	tier := tierOf(ev)
 	for _, h := range ev.BlockHashes {
 		if engine {
 			keys = append(keys, index.BlockKey(h.Value))
 			continue
 		}
-		// The mapping stays: a block may be held in two tiers, and the
-		// engine hash → key relation never changes while the engine lives.
-		k, ok := rs.keys.get(h.Value)
+		// The alias goes with the last tier the engine held the block in.
+		k, ok := rs.keys.remove(h.Value, tier)
 		if !ok {
 			rs.met.skipRem.Inc()
 			continue
@@ -176,9 +177,9 @@ func (rs *rankState) applyRemoved(ev *vllmevent.Event) {
 	}
 	rs.keysBuf = keys
 	if !engine {
-		rs.keys.sync() // get may have moved entries between generations
+		rs.keys.sync()
 	}
-	rs.mgr.ix.Remove(rs.r, keys, tierOf(ev))
+	rs.mgr.ix.Remove(rs.r, keys, tier)
 	rs.met.removed.Inc()
 	rs.met.blocksRemoved.Add(float64(len(keys)))
 }

@@ -104,6 +104,9 @@ type Manager struct {
 	// ranks is every rank, in layout order, replaced whole (copy-on-write)
 	// when replicas join or leave; readers load it (allRanks).
 	ranks atomic.Pointer[[]*rankState]
+	// aliasShare is each rank's share of the index's alias budget
+	// (keyMap.limit): the budget divided by the ranks followed now.
+	aliasShare atomic.Int64
 	// mu serialises replica changes and guards groups, nextReplica and run.
 	mu          sync.Mutex
 	groups      []*group
@@ -207,7 +210,7 @@ func New(opts Options) (*Manager, error) {
 			}
 		}
 	}
-	m.ranks.Store(&all)
+	m.storeRanks(all)
 	return m, nil
 }
 
@@ -219,7 +222,9 @@ func (m *Manager) newRank(ps *poolState, rk Rank, replica int) (*rankState, erro
 		dec:   vllmevent.NewDecoder(),
 	}
 	rs.met = m.m.forRank(ps.in.Name, rs.name)
-	rs.keys = newKeyMap(min(m.tuning.keyMapCap, int(m.ix.MaxEntries())), m.ix.AccountAliases)
+	rs.keys = newKeyMap(m.tuning.keyMapCap, m.ix.AccountAliases)
+	rs.keys.share = &m.aliasShare
+	rs.keys.evicted = func(n int) { rs.met.aliasesEvicted.Add(float64(n)) }
 	var err error
 	if rk.Events != "" && m.set.Bind == "" {
 		if rs.events, err = offsetEndpoint(rk.Events, rk.DPRank); err != nil {

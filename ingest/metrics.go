@@ -19,6 +19,7 @@ type metrics struct {
 	queueDrops     *prometheus.CounterVec // pool, replica
 	parentUnknown  *prometheus.CounterVec // pool, replica
 	seqJumps       *prometheus.CounterVec // pool, replica
+	aliasesEvicted *prometheus.CounterVec // pool, replica
 	unroutable     *prometheus.CounterVec // pool, replica, reason
 	connected      *prometheus.GaugeVec   // pool, replica
 	lastSeq        *prometheus.GaugeVec   // pool, replica
@@ -62,22 +63,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, rl)
 	}
 	m := &metrics{
-		batches:       cv(metricBatches, "KV-event batches applied, by source (live or replay).", "source"),
-		events:        cv(metricEvents, "KV events seen, by type (and the reasons one was skipped).", "type"),
-		blocks:        cv(metricBlocks, "Blocks written to the index from KV events, by op.", "op"),
-		decodeErrors:  cv(metricDecodeErrors, "KV-event batches dropped as malformed (bad frames or msgpack)."),
-		gaps:          cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
-		replays:       cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
-		restarts:      cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
-		queueDrops:    cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
-		parentUnknown: cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
-		unroutable:    cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
-		seqJumps:      cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
-		probesFailed:  cv(metricProbesFailed, "/health probes that failed to connect, answered 5xx (health_failed) or went unanswered for 300 ms (health_stalled).", "reason"),
-		connected:     gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
-		lastSeq:       gv(metricLastSeq, "Last applied KV-event sequence number."),
-		lag:           gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
-		unknownTopic:  prometheus.NewCounter(prometheus.CounterOpts{Name: metricUnknownTopic, Help: "Batches dropped in bind mode because their topic names no configured replica."}),
+		batches:        cv(metricBatches, "KV-event batches applied, by source (live or replay).", "source"),
+		events:         cv(metricEvents, "KV events seen, by type (and the reasons one was skipped).", "type"),
+		blocks:         cv(metricBlocks, "Blocks written to the index from KV events, by op.", "op"),
+		decodeErrors:   cv(metricDecodeErrors, "KV-event batches dropped as malformed (bad frames or msgpack)."),
+		gaps:           cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
+		replays:        cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
+		restarts:       cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
+		queueDrops:     cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
+		parentUnknown:  cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
+		unroutable:     cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
+		aliasesEvicted: cv(metricAliasesEvicted, "Engine hash → block key aliases (keys: tokens) dropped, oldest first, because the rank's key map reached its share of the alias budget (half of index.max_entries divided among the ranks); a later BlockRemoved of such a hash is skipped."),
+		seqJumps:       cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
+		probesFailed:   cv(metricProbesFailed, "/health probes that failed to connect, answered 5xx (health_failed) or went unanswered for 300 ms (health_stalled).", "reason"),
+		connected:      gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
+		lastSeq:        gv(metricLastSeq, "Last applied KV-event sequence number."),
+		lag:            gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),
+		unknownTopic:   prometheus.NewCounter(prometheus.CounterOpts{Name: metricUnknownTopic, Help: "Batches dropped in bind mode because their topic names no configured replica."}),
 		framesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricFramesRefused,
 			Help: "ZeroMQ connections closed because a frame header announced more than ingest.max_message_bytes, by socket and reason."}, []string{"socket", "reason"}),
 		scrapes:        cv(metricScrapes, "/metrics scrapes of replicas, by outcome.", "outcome"),
@@ -88,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.seqJumps, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
 	m.panics = panics.NewCounter(reg)
@@ -103,6 +105,7 @@ type rankMetrics struct {
 	blocksStored, blocksRemoved         prometheus.Counter
 	decodeErrors, gaps, restarts, drops prometheus.Counter
 	parentUnknown, seqJumps             prometheus.Counter
+	aliasesEvicted                      prometheus.Counter
 	replayReq, replayOK, replayPartial  prometheus.Counter
 	replayFailed                        prometheus.Counter
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
@@ -136,7 +139,7 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		skipTok: with(m.events, "type", evSkippedNoTokens), skipRem: with(m.events, "type", evSkippedRemove),
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
 		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
-		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps),
+		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted),
 		unroutableVec: m.unroutable, pool: pool, replica: replica,
 		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),

@@ -152,17 +152,25 @@ func (m *Manager) publishRanks() {
 	for _, g := range m.groups {
 		all = append(all, g.ranks...)
 	}
-	m.ranks.Store(&all)
+	m.storeRanks(all)
 	m.topicMu.Lock()
 	clear(m.topicCache)
 	m.topicMu.Unlock()
+}
+
+// storeRanks publishes the rank list and divides the index's alias budget
+// among the ranks (a rank holding more than its new share sheds its older
+// key-map generation at its next BlockStored).
+func (m *Manager) storeRanks(all []*rankState) {
+	m.aliasShare.Store(m.ix.AliasBudget() / int64(max(len(all), 1)))
+	m.ranks.Store(&all)
 }
 
 // dropSeries deletes every series of one replica rank.
 func (m *metrics) dropSeries(pool, replica string) {
 	l := prometheus.Labels{"pool": pool, "replica": replica}
 	for _, v := range []*prometheus.CounterVec{m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays,
-		m.restarts, m.queueDrops, m.parentUnknown, m.unroutable, m.seqJumps, m.scrapes, m.probesFailed, m.configMismatch} {
+		m.restarts, m.queueDrops, m.parentUnknown, m.aliasesEvicted, m.unroutable, m.seqJumps, m.scrapes, m.probesFailed, m.configMismatch} {
 		v.DeletePartialMatch(l)
 	}
 	for _, v := range []*prometheus.GaugeVec{m.connected, m.lastSeq, m.lag, m.hitRate} {
