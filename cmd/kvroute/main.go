@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/kvroute/kvroute/cmd/kvroute/internal/sighup"
 )
 
 // stdio carries a subcommand's standard streams so tests can drive it.
@@ -42,21 +44,31 @@ var subcommands = []subcommand{
 var errUsage = errors.New("usage")
 
 func main() {
+	if name, _ := commandOf(os.Args[1:]); name != "serve" {
+		sighup.Release() // only the server reloads on SIGHUP
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], stdio{os.Stdin, os.Stdout, os.Stderr})
 	stop()
 	os.Exit(code)
 }
 
+// commandOf splits the command name (serve when none is given) from its
+// flags.
+func commandOf(args []string) (name string, rest []string) {
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		return args[0], args[1:]
+	}
+	return "serve", args
+}
+
 func run(ctx context.Context, args []string, io stdio) int {
-	name := "serve"
+	var name string
 	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 		printHelp(io.out)
 		return 0
 	}
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		name, args = args[0], args[1:]
-	}
+	name, args = commandOf(args)
 	for _, sc := range subcommands {
 		if sc.name != name {
 			continue

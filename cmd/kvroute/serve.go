@@ -6,19 +6,21 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/kvroute/kvroute/cmd/kvroute/internal/sighup"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/server"
 )
 
 // runServe loads the config, assembles kvroute and runs until ctx ends.
 func runServe(ctx context.Context, args []string, io stdio) error {
+	// SIGHUP asks for a reload; it is caught from the start of the process
+	// (package sighup), and one sent while kvroute starts is served once it
+	// runs.
+	hup := sighup.Requests()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.err)
 	path := fs.String("config", "kvroute.yaml", "YAML config file (see docs/CONFIG.md)")
@@ -44,9 +46,6 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	log.Info("config loaded", "config", *path, "watch_interval", watch.String())
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	trigger := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
