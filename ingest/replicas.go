@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -100,6 +101,10 @@ func (m *Manager) AddReplica(pool string, ranks []Rank) error {
 	return nil
 }
 
+// slowRemoval is how long a removed replica's goroutines may take to stop
+// before RemoveReplica says so: every wait they do watches their context.
+const slowRemoval = time.Second
+
 // RemoveReplica stops following a replica that left pool: its goroutines are
 // stopped and waited for, so nothing of it writes to the index afterwards,
 // and its metric series are deleted (pods come and go with new names; their
@@ -121,8 +126,12 @@ func (m *Manager) RemoveReplica(pool, name string) {
 	m.publishRanks()
 	m.mu.Unlock()
 	if g.cancel != nil {
+		began := time.Now()
 		g.cancel()
 		g.done.Wait()
+		if took := time.Since(began); took > slowRemoval {
+			m.log.Warn("ingest: a removed replica's goroutines were slow to stop", "pool", pool, "replica", name, "took", took)
+		}
 	}
 	for _, rs := range g.ranks {
 		rs.keys.reset()

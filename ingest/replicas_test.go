@@ -1,7 +1,10 @@
 package ingest
 
 import (
+	"net"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -70,5 +73,81 @@ func TestReplicaJoinsAndLeavesWhileRunning(t *testing.T) {
 	h.mgr.RemoveReplica("p", "r1") // unknown now: a no-op
 	if err := h.mgr.AddReplica("nope", join); err == nil {
 		t.Error("a replica was added to an unknown pool")
+	}
+}
+
+// frozenEngine is an engine that accepts TCP connections and never speaks:
+// a process stopped (SIGSTOP) or wedged after its listener was set up. It
+// returns its tcp:// endpoint and a channel that hears of each connection.
+func frozenEngine(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{}, 16)
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "tcp://" + ln.Addr().String(), accepted
+}
+
+// TestRemovingAFrozenEngineDoesNotWaitForItsHandshake: removing a replica
+// whose engine accepted the event connection but never answered the ZMTP
+// handshake returns at once, not after the handshake
+// timeout, and leaves none of its goroutines behind.
+func TestRemovingAFrozenEngineDoesNotWaitForItsHandshake(t *testing.T) {
+	h := start(t, baseConfig(poolConfig("p", keysTokens)))
+	events, accepted := frozenEngine(t)
+	replay, _ := frozenEngine(t)
+	pid, _ := h.ix.PoolByName("p")
+	before := goleak.IgnoreCurrent()
+	r1, err := h.ix.AddReplica(pid, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.mgr.AddReplica("p", []Rank{{Replica: r1, Name: "r1", ReplicaName: "r1", Address: "10.0.0.9:8000", DPSize: 1,
+		Events: events, Replay: replay, Topic: "kv"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("kvroute never connected to the frozen engine")
+	}
+	time.Sleep(50 * time.Millisecond) // the dial is in its handshake
+	began := time.Now()
+	h.mgr.RemoveReplica("p", "r1")
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("removing the frozen engine took %s", took)
+	}
+	h.ix.RemoveReplica(r1)
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("goroutines of the removed replica still run: %v", err)
 	}
 }

@@ -138,7 +138,7 @@ func (t cappedTransport) Dial(ctx context.Context, d transport.Dialer, addr stri
 	if err != nil {
 		return nil, err
 	}
-	return newCappedConn(c, frameLimitOf(ctx)), nil
+	return newCappedConn(ctx, c, frameLimitOf(ctx)), nil
 }
 
 func (t cappedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
@@ -146,13 +146,14 @@ func (t cappedTransport) Listen(ctx context.Context, addr string) (net.Listener,
 	if err != nil {
 		return nil, err
 	}
-	return cappedListener{Listener: l, lim: frameLimitOf(ctx)}, nil
+	return cappedListener{Listener: l, ctx: ctx, lim: frameLimitOf(ctx)}, nil
 }
 
 func (t cappedTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
 
 type cappedListener struct {
 	net.Listener
+	ctx context.Context
 	lim *frameLimit
 }
 
@@ -161,7 +162,7 @@ func (l cappedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCappedConn(c, l.lim), nil
+	return newCappedConn(l.ctx, c, l.lim), nil
 }
 
 // zmtpHandshakeTimeout bounds a capped connection's ZMTP handshake, from
@@ -171,23 +172,35 @@ func (l cappedListener) Accept() (net.Conn, error) {
 // kvroute dialled, or one a bound socket accepted, forever.
 const zmtpHandshakeTimeout = 30 * time.Second
 
-// cappedConn checks the bytes zmq4 reads before handing them over, and
-// bounds the handshake in time.
+// cappedConn checks the bytes zmq4 reads before handing them over, bounds
+// the handshake in time, and is closed when the socket's context ends:
+// zmq4 runs the handshake inside Dial with no deadline of its own, so a peer
+// that accepted TCP and never spoke held Dial (and whoever waits for the
+// dialling goroutine, such as a replica's removal) for the whole handshake
+// timeout.
 type cappedConn struct {
 	net.Conn
 	lim        *frameLimit
 	scan       zmtpScanner
 	err        error // sticky: once refused, every read fails
 	handshaken bool  // the handshake deadline is cleared
+	unwatch    func() bool
 }
 
-func newCappedConn(c net.Conn, lim *frameLimit) *cappedConn {
+func newCappedConn(ctx context.Context, c net.Conn, lim *frameLimit) *cappedConn {
 	timeout := zmtpHandshakeTimeout
 	if lim.handshakeTimeout > 0 {
 		timeout = lim.handshakeTimeout
 	}
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	return &cappedConn{Conn: c, lim: lim, scan: zmtpScanner{maxMessageBytes: lim.maxMessageBytes}}
+	return &cappedConn{Conn: c, lim: lim, scan: zmtpScanner{maxMessageBytes: lim.maxMessageBytes},
+		unwatch: context.AfterFunc(ctx, func() { _ = c.Close() })}
+}
+
+// Close closes the connection and stops watching the socket's context.
+func (c *cappedConn) Close() error {
+	c.unwatch()
+	return c.Conn.Close()
 }
 
 func (c *cappedConn) Read(p []byte) (int, error) {

@@ -29,9 +29,11 @@ const (
 	changeReplace = "replace"
 )
 
-// fleet is every pool's current replica set; SetReplicas changes it.
+// fleet is every pool's current replica set; SetReplicas changes it. The
+// map is fixed once built; each pool's set has its own lock, so a change
+// that waits on one pool's engines (a removed replica's goroutines
+// stopping) never holds up another pool's.
 type fleet struct {
-	mu      sync.Mutex // serialises SetReplicas
 	pools   map[string]*livePool
 	changes *prometheus.CounterVec
 	ranks   *prometheus.GaugeVec
@@ -39,6 +41,7 @@ type fleet struct {
 
 // livePool is one pool's replicas now, in the order they were given.
 type livePool struct {
+	mu   sync.Mutex // serialises SetReplicas of this pool; guards reps
 	cfg  *config.Pool
 	id   index.PoolID
 	reps []*liveReplica
@@ -93,12 +96,12 @@ func newFleet(lay layout, reg prometheus.Registerer) *fleet {
 // refused whole on error. Safe to call while requests are routed.
 func (s *Server) SetReplicas(pool string, reps []Replica) error {
 	f := s.fleet
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	lp := f.pools[pool]
 	if lp == nil {
 		return fmt.Errorf("unknown pool %q", pool)
 	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
 	cfgs := make([]config.Replica, len(reps))
 	for i := range reps {
 		reps[i].Config.Derive()
