@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -217,10 +218,15 @@ func (sc *scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, err
 	return fams, nil
 }
 
-// parseMetrics parses a Prometheus text exposition.
+// parseMetrics parses the families kvroute reads from a Prometheus text
+// exposition (filterMetrics).
 func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	kept, err := filterMetrics(r)
+	if err != nil {
+		return nil, err
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(r)
+	return p.TextToMetricFamilies(bytes.NewReader(kept))
 }
 
 // value is the first of names present for the rank's engine and the pool's

@@ -2,10 +2,12 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -302,4 +304,78 @@ func (m *Manager) scrapers() []*scraper {
 		}
 	}
 	return out
+}
+
+// bigMetricsPage is a 16 MiB /metrics page (the scrape limit): vLLM's page
+// followed by small series, 64 to a family, of families kvroute does not
+// read.
+func bigMetricsPage() string {
+	var b strings.Builder
+	b.WriteString(vllmMetrics(10, 4, 16, "sha256"))
+	for i := 0; b.Len() < maxScrapeBytes-256; i++ {
+		if i%64 == 0 {
+			fmt.Fprintf(&b, "# HELP exporter_family_%d A family kvroute does not read.\n# TYPE exporter_family_%d gauge\n", i/64, i/64)
+		}
+		fmt.Fprintf(&b, "exporter_family_%d{shard=\"%d\"} %d\n", i/64, i, i)
+	}
+	return b.String()
+}
+
+// A 16 MiB page of small series costs the scraper a few MiB of allocation,
+// not hundreds: only the families kvroute reads are parsed, and the load is
+// read as from the bare page.
+func TestScrapeOfA16MiBPageAllocatesLittle(t *testing.T) {
+	page := bigMetricsPage()
+	pool := poolConfig("p", keysTokens, replicaSpec{name: "r0"})
+	sc := &scraper{pool: &poolState{in: Pool{Name: pool.Name, Models: pool.Models}}}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fams, err := parseMetrics(strings.NewReader(page))
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("parsing a %d-byte page allocated %d bytes", len(page), alloc)
+	if alloc > 8<<20 {
+		t.Errorf("parsing a 16 MiB page allocated %d MiB", alloc>>20)
+	}
+	l, err := sc.load(fams, 1)
+	if err != nil || l.Running != 5 || l.KVUsage != 0.5 {
+		t.Errorf("load %+v, %v", l, err)
+	}
+}
+
+// Too many series of a family kvroute reads fail the scrape (counted as an
+// error) instead of being held.
+func TestScrapeRefusesTooManySeriesOfAReadFamily(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# TYPE vllm:num_requests_running gauge\n")
+	for i := range maxScrapeKeptSeries + 1 {
+		fmt.Fprintf(&b, "vllm:num_requests_running{engine=\"0\",model_name=\"m%d\"} 1\n", i)
+	}
+	if _, err := parseMetrics(strings.NewReader(b.String())); !errors.Is(err, errScrapeSeries) {
+		t.Fatalf("err %v", err)
+	}
+	long := "vllm:num_requests_running{model_name=\"" + strings.Repeat("m", maxScrapeLineBytes) + "\"} 1\n"
+	if _, err := parseMetrics(strings.NewReader(long)); !errors.Is(err, errScrapeLine) {
+		t.Fatalf("long line: err %v", err)
+	}
+	// A long line of another family is skipped.
+	fams, err := parseMetrics(strings.NewReader("other{a=\"" + strings.Repeat("x", 1<<20) + "\"} 1\n" + oldVLLMMetrics))
+	if err != nil || fams[vllmWaiting] == nil || fams["other"] != nil {
+		t.Fatalf("fams %v, err %v", len(fams), err)
+	}
+}
+
+func BenchmarkParseMetrics_16MiBPage(b *testing.B) {
+	page := bigMetricsPage()
+	b.SetBytes(int64(len(page)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseMetrics(strings.NewReader(page)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
