@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,6 +22,7 @@ const (
 	explainOK         = "ok"
 	explainBadRequest = "bad_request"
 	explainTooLarge   = "body_too_large"
+	explainBusy       = "busy"
 )
 
 // NewAdminMetrics registers the admin listener's own metrics in reg
@@ -30,10 +32,10 @@ const (
 func NewAdminMetrics(reg prometheus.Registerer) *prometheus.CounterVec {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvroute_admin_explain_requests_total",
-		Help: "POST /debug/explain requests on the admin listener, by result (ok, bad_request, body_too_large).",
+		Help: fmt.Sprintf("POST /debug/explain requests on the admin listener, by result (ok, bad_request, body_too_large, busy: over the %d served at once, answered 503).", explainConcurrency),
 	}, []string{"result"})
 	reg.MustRegister(requests)
-	for _, r := range []string{explainOK, explainBadRequest, explainTooLarge} {
+	for _, r := range []string{explainOK, explainBadRequest, explainTooLarge, explainBusy} {
 		requests.WithLabelValues(r)
 	}
 	return requests
@@ -43,10 +45,23 @@ func NewAdminMetrics(reg prometheus.Registerer) *prometheus.CounterVec {
 // client request, decided by the router exactly as the data plane would be
 // but not routed (routing.Router.Explain), and the answer is the
 // explanation as JSON. The body is bounded by routing.body_limit_bytes (413
-// over). Logs and metrics carry lengths and outcomes, never the body or path.
-func explainHandler(router *routing.Router, limit int, log *slog.Logger, reg prometheus.Registerer) http.Handler {
+// over). At most cap(slots()) are served at once, each holding a token of
+// slots() while it runs; one more is answered 503 before its body is read.
+// Logs and metrics carry lengths and outcomes, never the body or path.
+func explainHandler(router *routing.Router, limit int, slots func() chan struct{}, log *slog.Logger, reg prometheus.Registerer) http.Handler {
 	requests := NewAdminMetrics(reg)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sem := slots()
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+		default:
+			requests.WithLabelValues(explainBusy).Inc()
+			log.Info("explain refused: busy", "concurrent", cap(sem))
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy: too many explain requests at once", http.StatusServiceUnavailable)
+			return
+		}
 		path := r.URL.Query().Get("path")
 		if path == "" || len(path) > maxExplainPath || !strings.HasPrefix(path, "/") {
 			requests.WithLabelValues(explainBadRequest).Inc()

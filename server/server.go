@@ -58,10 +58,16 @@ type Server struct {
 	grpcLn  net.Listener
 	adminLn net.Listener
 	admin   *http.Server
-	panics  *panics.Counter
-	router  *routing.Router
-	fleet   *fleet
-	sources []poolSource
+	// adminBounds are the admin listener's bounds (admin.go);
+	// explainSlots holds one token per /debug/explain being served and
+	// adminConns counts its connections.
+	adminBounds  adminBounds
+	explainSlots chan struct{}
+	adminConns   prometheus.Gauge
+	panics       *panics.Counter
+	router       *routing.Router
+	fleet        *fleet
+	sources      []poolSource
 	// reloadMu serialises Reload; cfg is the running config.
 	reloadMu sync.Mutex
 	reload   *reloadMetrics
@@ -186,7 +192,8 @@ func New(opts Options) (*Server, error) {
 			s.closeMesh()
 			return nil, fmt.Errorf("listen.admin: %w", err)
 		}
-		s.admin = &http.Server{Handler: s.recoverHTTP(s.adminMux()), ReadHeaderTimeout: 5 * time.Second}
+		s.admin = &http.Server{Handler: s.recoverHTTP(s.adminMux())}
+		s.adminBounds, s.adminConns = defaultAdminBounds, newAdminConnsGauge(reg)
 	}
 	return s, nil
 }
@@ -244,7 +251,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.admin != nil {
 		wg.Go(func() {
 			defer s.panics.Recover(panicServe, s.log, nil)
-			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.serveAdmin(s.adminLn, s.adminBounds); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("admin server stopped", "err", err)
 			}
 		})
@@ -322,6 +329,6 @@ func (s *Server) adminMux() *http.ServeMux {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /debug/replicas", s.ingest.DebugHandler())
-	mux.Handle("POST /debug/explain", explainHandler(s.router, s.cfg.Routing.BodyLimitBytes, s.log, s.reg))
+	mux.Handle("POST /debug/explain", explainHandler(s.router, s.cfg.Routing.BodyLimitBytes, func() chan struct{} { return s.explainSlots }, s.log, s.reg))
 	return mux
 }

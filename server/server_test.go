@@ -92,6 +92,12 @@ func startServer(t *testing.T, reps ...*replica) (*Server, extprocv3.ExternalPro
 // configured, learned from the engines).
 func startServerBS(t *testing.T, bs int, reps ...*replica) (*Server, extprocv3.ExternalProcessorClient) {
 	t.Helper()
+	return runServer(t, qwenConfig(t, bs, reps...))
+}
+
+// qwenConfig is startServerBS's config.
+func qwenConfig(t *testing.T, bs int, reps ...*replica) *config.Config {
+	t.Helper()
 	tokDir := testdata.TokenizerDir(t, "qwen3")
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: {extproc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nrouting: {debug_headers: true}\n")
@@ -107,7 +113,7 @@ func startServerBS(t *testing.T, bs int, reps ...*replica) (*Server, extprocv3.E
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, b.String())
 	}
-	return runServer(t, cfg)
+	return cfg
 }
 
 // runServer starts a Server from cfg, waits until it is ready and returns it
