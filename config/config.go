@@ -332,6 +332,9 @@ type DNSDiscovery struct {
 	// Server is the DNS server's host:port; "" uses the system resolver
 	// (/etc/resolv.conf).
 	Server string `yaml:"server"`
+	// EmptyGrace is how long answers with no address (or NXDOMAIN) must
+	// go on before a pool that had engines loses them all; 0: at once.
+	EmptyGrace Duration `yaml:"empty_grace"`
 }
 
 // Hash is the engine's block-hash configuration.

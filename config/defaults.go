@@ -41,6 +41,9 @@ const (
 	DefaultHashAlgorithm  = "sha256"
 	DefaultDiscoveryKind  = DiscoveryStatic
 	DefaultDNSInterval    = 10 * time.Second
+	// DefaultDNSEmptyGrace outlasts a resolver's negative cache entry and
+	// a rolling restart's moment without ready pods.
+	DefaultDNSEmptyGrace = 30 * time.Second
 
 	DefaultTracingProtocol    = TracingGRPC
 	DefaultTracingSampleRatio = 1.0
@@ -123,7 +126,7 @@ func defaultPool() Pool {
 		Keys: KeysTokens, Hash: Hash{Algorithm: DefaultHashAlgorithm},
 		Discovery: Discovery{
 			Kind:             DefaultDiscoveryKind,
-			DNS:              DNSDiscovery{Interval: Duration(DefaultDNSInterval)},
+			DNS:              DNSDiscovery{Interval: Duration(DefaultDNSInterval), EmptyGrace: Duration(DefaultDNSEmptyGrace)},
 			DataParallelSize: DefaultDataParallelSize,
 		},
 	}

@@ -303,6 +303,9 @@ func (c *Config) validateDiscovery(v *validator, p *Pool, at func(string) string
 		if d.DNS.Interval < Duration(minDNSInterval) {
 			v.fail(dat("dns.interval"), "%s is below %s", d.DNS.Interval, Duration(minDNSInterval))
 		}
+		if d.DNS.EmptyGrace < 0 || d.DNS.EmptyGrace > Duration(maxDNSEmptyGrace) {
+			v.fail(dat("dns.empty_grace"), "%s is not within 0s..%s", d.DNS.EmptyGrace, Duration(maxDNSEmptyGrace))
+		}
 		if d.DNS.Server != "" {
 			if _, port, err := net.SplitHostPort(d.DNS.Server); err != nil || port == "" {
 				v.fail(dat("dns.server"), "%q is not host:port", d.DNS.Server)
@@ -337,6 +340,8 @@ func (c *Config) validateDiscovery(v *validator, p *Pool, at func(string) string
 const (
 	// minDNSInterval: re-resolving faster only loads the resolver.
 	minDNSInterval = 100 * time.Millisecond
+	// maxDNSEmptyGrace: a name empty for longer is gone, not flapping.
+	maxDNSEmptyGrace = time.Hour
 	// maxSelectorBytes bounds a label selector (Kubernetes allows 63-byte
 	// keys and values; a selector of dozens of terms is already unusual).
 	maxSelectorBytes = 4096

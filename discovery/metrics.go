@@ -6,7 +6,10 @@ import "github.com/prometheus/client_golang/prometheus"
 const (
 	ResultOK    = "ok"    // the source answered with at least one engine
 	ResultEmpty = "empty" // the source answered: no engine (scaled to zero, NXDOMAIN)
-	ResultError = "error" // the source failed; the last set is kept
+	// ResultEmptyHeld: the source answered no engine within its grace
+	// period (DNS); the last set is kept.
+	ResultEmptyHeld = "empty_held"
+	ResultError     = "error" // the source failed; the last set is kept
 )
 
 // Metrics are the series every source reports, labelled by pool and source
@@ -21,7 +24,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_discovery_refreshes_total",
-			Help: "Reads of a pool's discovery source (a DNS resolution, a Kubernetes list or change), by result: ok, empty (no engine), error (the last set is kept)."},
+			Help: "Reads of a pool's discovery source (a DNS resolution, a Kubernetes list or change), by result: ok, empty (no engine), empty_held (no engine within the source's grace period: the last set is kept), error (the last set is kept)."},
 			[]string{"pool", "source", "result"}),
 		targets: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_discovery_targets",
 			Help: "Engines a pool's discovery source reports now."}, []string{"pool", "source"}),

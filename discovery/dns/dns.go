@@ -40,9 +40,14 @@ type Options struct {
 	// Interval between resolutions.
 	Interval time.Duration
 	// Server is a DNS server's host:port; "" uses the system resolver.
-	Server  string
-	Logger  *slog.Logger // nil → slog.Default()
-	Metrics *discovery.Metrics
+	Server string
+	// EmptyGrace is how long answers without addresses (no records, or
+	// NXDOMAIN: Go's resolver reports both alike) must go on before a set
+	// that had engines becomes empty; until then the last set is kept and
+	// the name re-queried with backoff. 0: at once.
+	EmptyGrace time.Duration
+	Logger     *slog.Logger // nil → slog.Default()
+	Metrics    *discovery.Metrics
 }
 
 // Source follows a name's addresses.
@@ -74,6 +79,7 @@ func (s *Source) Run(ctx context.Context, update func([]discovery.Target)) error
 	known := false
 	retry := minRetry
 	failing := false
+	var emptySince time.Time // the first empty answer of a run of them; zero: none
 	for {
 		ts, err := s.resolve(ctx)
 		wait := s.o.Interval
@@ -89,9 +95,24 @@ func (s *Source) Run(ctx context.Context, update func([]discovery.Target)) error
 			failing = true
 			wait = min(retry, s.o.Interval)
 			retry = min(2*retry, s.o.Interval)
+		case len(ts) == 0 && len(last) > 0 && s.holdEmpty(&emptySince):
+			// A transient empty answer (a resolver cache, pods all
+			// restarting at once) must not take every engine away: keep
+			// the last set and ask again soon.
+			s.met.Refreshed(discovery.ResultEmptyHeld)
+			failing = false
+			wait = min(retry, s.o.Interval)
+			retry = min(2*retry, s.o.Interval)
 		default:
 			if failing {
 				s.log.Info("discovery: DNS resolution works again", "pool", s.o.Pool, "source", SourceKind, "targets", len(ts))
+			}
+			if !emptySince.IsZero() && len(ts) > 0 {
+				s.log.Info("discovery: the name has addresses again", "pool", s.o.Pool, "source", SourceKind,
+					"targets", len(ts), "empty_for", time.Since(emptySince))
+			}
+			if len(ts) > 0 {
+				emptySince = time.Time{}
 			}
 			failing, retry = false, minRetry
 			if len(ts) == 0 {
@@ -101,7 +122,8 @@ func (s *Source) Run(ctx context.Context, update func([]discovery.Target)) error
 			}
 			if !known || !slices.Equal(ts, last) {
 				if len(ts) == 0 {
-					s.log.Warn("discovery: the name has no addresses; the pool has no engine", "pool", s.o.Pool, "source", SourceKind)
+					s.log.Warn("discovery: the name has no addresses; the pool has no engine", "pool", s.o.Pool, "source", SourceKind,
+						"grace", s.o.EmptyGrace)
 				}
 				known, last = true, ts
 				s.met.Targets(len(ts))
@@ -114,6 +136,19 @@ func (s *Source) Run(ctx context.Context, update func([]discovery.Target)) error
 		case <-time.After(wait):
 		}
 	}
+}
+
+// holdEmpty reports whether an empty answer is still within the grace
+// period, which starts at the first of a run of empty answers (*since).
+func (s *Source) holdEmpty(since *time.Time) bool {
+	if since.IsZero() {
+		*since = time.Now()
+		if s.o.EmptyGrace > 0 {
+			s.log.Warn("discovery: the name answered no addresses; keeping the last set for the grace period", "pool", s.o.Pool,
+				"source", SourceKind, "grace", s.o.EmptyGrace)
+		}
+	}
+	return time.Since(*since) < s.o.EmptyGrace
 }
 
 // resolve returns the name's addresses as targets, sorted; a name that does

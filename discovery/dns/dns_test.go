@@ -20,7 +20,13 @@ const name = "vllm.kvroute.test."
 // follow runs a Source against z and returns a channel of its updates.
 func follow(t *testing.T, z *dnstest.Zone, reg prometheus.Registerer) <-chan []string {
 	t.Helper()
-	src := New(Options{Pool: "p", Name: name, Interval: 30 * time.Millisecond, Server: z.Addr(),
+	return followGrace(t, z, reg, 0)
+}
+
+// followGrace is follow with an empty-answer grace period.
+func followGrace(t *testing.T, z *dnstest.Zone, reg prometheus.Registerer, grace time.Duration) <-chan []string {
+	t.Helper()
+	src := New(Options{Pool: "p", Name: name, Interval: 30 * time.Millisecond, Server: z.Addr(), EmptyGrace: grace,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: discovery.NewMetrics(reg)})
 	ctx, cancel := context.WithCancel(context.Background())
 	updates := make(chan []string, 100)
@@ -111,6 +117,46 @@ func TestFailuresKeepTheLastSet(t *testing.T) {
 
 	z.Fail(dnstest.NXDomain)
 	next(t, updates, "")
+	z.Set("10.0.0.9")
+	next(t, updates, "10.0.0.9")
+}
+
+// TestTransientEmptyAnswersKeepTheSet: answers without addresses, or
+// NXDOMAIN, for less than the grace period leave the set as it was
+// (counted as empty_held); only when they last the whole grace period does
+// the pool lose its engines.
+func TestTransientEmptyAnswersKeepTheSet(t *testing.T) {
+	const grace = 2 * time.Second
+	z := dnstest.Start(t, name)
+	z.Set("10.0.0.1", "10.0.0.2")
+	reg := prometheus.NewRegistry()
+	updates := followGrace(t, z, reg, grace)
+	next(t, updates, "10.0.0.1,10.0.0.2")
+
+	for _, empty := range []func(){func() { z.Set() }, func() { z.Fail(dnstest.NXDomain) }} {
+		held := metric(t, reg, "kvroute_discovery_refreshes_total", discovery.ResultEmptyHeld)
+		empty()
+		deadline := time.Now().Add(10 * time.Second)
+		for metric(t, reg, "kvroute_discovery_refreshes_total", discovery.ResultEmptyHeld) < held+2 {
+			if time.Now().After(deadline) {
+				t.Fatal("empty answers never counted as held")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		z.Set("10.0.0.1", "10.0.0.2")
+		select {
+		case got := <-updates:
+			t.Fatalf("a transient empty answer changed the set to %v", got)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+
+	began := time.Now()
+	z.Fail(dnstest.NXDomain)
+	next(t, updates, "")
+	if took := time.Since(began); took < grace {
+		t.Fatalf("the set emptied after %s, before the %s grace period", took, grace)
+	}
 	z.Set("10.0.0.9")
 	next(t, updates, "10.0.0.9")
 }
