@@ -411,6 +411,41 @@ func TestEngineKeysAndSchemeMismatchMetric(t *testing.T) {
 	}
 }
 
+// TestReplayedSeqJumpIsSkippedAndCounted: a replay reply holding a batch
+// whose seq does not follow the previous one (the engine's buffer is
+// contiguous) skips it and counts it; the batches after it in the reply,
+// and the live batches that follow, are applied as usual.
+func TestReplayedSeqJumpIsSkippedAndCounted(t *testing.T) {
+	st := steps(t)
+	empty := enc(t, []any{1.5, []any{}, 0})
+	pub := newPublisher(t, "kv-events", 100)
+	h := start(t, baseConfig(poolConfig("p", keysTokens,
+		replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint(), topic: "kv"})))
+	waitSubscribed(t, pub)
+	waitFor(t, "first-contact replay", func() bool { return h.status("r0").Replays >= 1 })
+	publish(t, pub, st[stepPrompt])
+	waitFor(t, "seq 0", func() bool { return h.status("r0").Batches == 1 })
+	pub.Skip(st[stepDecode])        // seq 1: lost on the way
+	pub.Inject(1<<30, st[stepLoRA]) // out of sequence in the replay buffer
+	for range 19 {
+		publish(t, pub, empty) // seqs 2..20, live
+	}
+	waitFor(t, "the live batches after the gap", func() bool { return h.status("r0").LastSeq == 20 })
+	s := h.status("r0")
+	if s.Batches != 21 {
+		t.Errorf("%d batches applied, want 21 (seq 0..20)", s.Batches)
+	}
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})); got != 3 {
+		t.Errorf("decode block from replay: %d blocks held, want 3", got)
+	}
+	if got := h.held("p", "r0", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
+		t.Errorf("the out-of-sequence batch's %d blocks are held", got)
+	}
+	if got := h.counter(metricReplayJumps); got < 1 {
+		t.Errorf("%s = %v", metricReplayJumps, got)
+	}
+}
+
 func TestReplayFillsSequenceGap(t *testing.T) {
 	for _, legacy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("legacy_replay_layout=%v", legacy), func(t *testing.T) {

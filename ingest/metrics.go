@@ -20,6 +20,7 @@ type metrics struct {
 	parentUnknown  *prometheus.CounterVec // pool, replica
 	seqJumps       *prometheus.CounterVec // pool, replica
 	aliasesEvicted *prometheus.CounterVec // pool, replica
+	replayJumps    *prometheus.CounterVec // pool, replica
 	unroutable     *prometheus.CounterVec // pool, replica, reason
 	connected      *prometheus.GaugeVec   // pool, replica
 	lastSeq        *prometheus.GaugeVec   // pool, replica
@@ -74,6 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		parentUnknown:  cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
 		unroutable:     cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
 		aliasesEvicted: cv(metricAliasesEvicted, "Engine hash → block key aliases (keys: tokens) dropped, oldest first, because the rank's key map reached its share of the alias budget (half of index.max_entries divided among the ranks); a later BlockRemoved of such a hash is skipped."),
+		replayJumps:    cv(metricReplayJumps, "Replayed batches skipped because their seq did not follow the previous one of the same replay reply (the engine's buffer is contiguous: corrupt or forged)."),
 		seqJumps:       cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
 		probesFailed:   cv(metricProbesFailed, "/health probes that failed to connect, answered 5xx (health_failed) or went unanswered for 300 ms (health_stalled).", "reason"),
 		connected:      gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
@@ -90,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.replayJumps, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
 	m.panics = panics.NewCounter(reg)
@@ -105,7 +107,7 @@ type rankMetrics struct {
 	blocksStored, blocksRemoved         prometheus.Counter
 	decodeErrors, gaps, restarts, drops prometheus.Counter
 	parentUnknown, seqJumps             prometheus.Counter
-	aliasesEvicted                      prometheus.Counter
+	aliasesEvicted, replayJumps         prometheus.Counter
 	replayReq, replayOK, replayPartial  prometheus.Counter
 	replayFailed                        prometheus.Counter
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
@@ -139,7 +141,7 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		skipTok: with(m.events, "type", evSkippedNoTokens), skipRem: with(m.events, "type", evSkippedRemove),
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
 		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
-		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted),
+		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted), replayJumps: with(m.replayJumps),
 		unroutableVec: m.unroutable, pool: pool, replica: replica,
 		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),

@@ -298,10 +298,19 @@ func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) (
 	rs.met.replayReq.Inc()
 	s.haveReplay = false
 	end = start - 1
-	partial, n := false, 0
+	partial, n, jumps := false, 0, 0
 	err := rs.mgr.fetchReplay(ctx, rs.replay, start, func(seq uint64, payload []byte) {
 		if n == 0 && seq != start {
 			partial = true // the buffer no longer holds start
+		}
+		// The engine's buffer is contiguous: within one reply, a seq that
+		// does not follow the last one is not a batch the engine published
+		// in turn. Applying it would make every later real batch look
+		// already applied; it is skipped and counted, as a live jump is.
+		if n > 0 && seq != end+1 || n == 0 && seq > start && seq-start > maxSeqJump {
+			jumps++
+			partial = true
+			return
 		}
 		n++
 		if seq > end || n == 1 {
@@ -319,6 +328,12 @@ func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) (
 	})
 	if n == 0 && expectUpTo > start {
 		partial = true
+	}
+	if jumps > 0 {
+		rs.met.replayJumps.Add(float64(jumps))
+		rs.st.update(func(st *rankStatus) { st.SeqJumps += int64(jumps) })
+		rs.mgr.log.Warn("ingest: skipped replayed batches whose seq does not follow the reply's previous one", "pool", rs.pool.in.Name,
+			"replica", rs.name, "skipped", jumps, "start_seq", start, "end_seq", end)
 	}
 	switch {
 	case err != nil:

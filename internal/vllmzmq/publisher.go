@@ -165,6 +165,15 @@ func closedIsFine(err error) error {
 	return err
 }
 
+// Inject buffers payload under seq for replay without touching the seq of
+// the next Publish or Skip: a replay buffer holding an entry out of
+// sequence (corrupt, or written by someone else).
+func (p *Publisher) Inject(seq uint64, payload []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, entry{seq, payload})
+}
+
 func (p *Publisher) record(payload []byte) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
