@@ -33,6 +33,7 @@ const (
 	metricParentUnknown  = "kvroute_ingest_parent_unknown_total"
 	metricSeqJumps       = "kvroute_ingest_seq_jumps_total"
 	metricReplayJumps    = "kvroute_ingest_replay_seq_jumps_total"
+	metricUnverified     = "kvroute_ingest_unverified_batches_total"
 	metricAliasesEvicted = "kvroute_ingest_aliases_evicted_total"
 	metricUnroutable     = "kvroute_ingest_unroutable_total"
 	metricConnected      = "kvroute_ingest_connected"

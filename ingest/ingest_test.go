@@ -922,6 +922,67 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 	}
 }
 
+// TestForgedBackwardsSeqInBindModeIsNoRestart: in bind mode a stranger's
+// frame under an engine's topic with a seq at or below what the engine sent
+// is not a restart unless the engine's replay confirms one; a flood of
+// forged frames triggers replays at the per-rank rate only, and the
+// engine's next batch is applied as usual.
+func TestForgedBackwardsSeqInBindModeIsNoRestart(t *testing.T) {
+	st := steps(t)
+	bind := freeEndpoint(t)
+	replay := freeEndpoint(t)
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a", replay: replay}))
+	cfg.Settings.Bind = bind
+	h := start(t, cfg)
+	var engine *vllmzmq.Publisher
+	waitFor(t, "the engine dials", func() bool {
+		var err error
+		engine, err = vllmzmq.DialPublisher(bind, replay, "engine-a", 100)
+		return err == nil
+	})
+	t.Cleanup(func() { engine.Close() })
+	waitSubscribed(t, engine)
+	publish(t, engine, st[stepPrompt], st[stepDecode])
+	keys := tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})
+	waitFor(t, "the engine's batches", func() bool { return h.held("p", "a", keys) == 3 })
+
+	forger := zmq4.NewPub(t.Context(), QuietZMQ)
+	t.Cleanup(func() { forger.Close() })
+	if err := forger.Dial(bind); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a forged backwards seq handled", func() bool {
+		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 0), st[stepLoRA]))
+		return h.counter(metricUnverified, "reason", unverifiedRestart) >= 1 || h.counter(metricRestarts) >= 1
+	})
+	if n := h.counter(metricRestarts); n != 0 {
+		t.Fatalf("a forged backwards seq restarted the replica (%v restarts)", n)
+	}
+	replaysBefore := h.counter(metricReplays, "outcome", "requested")
+	began := time.Now()
+	for i := range 200 {
+		seq := []uint64{0, 1, 5, 1 << 40}[i%4]
+		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, seq), st[stepLoRA]))
+	}
+	// Of the 200, the 50 with seq 1 are duplicates of what a replay
+	// delivered (dropped silently); the rest are counted, or dropped on a
+	// full queue.
+	waitFor(t, "the flood handled", func() bool {
+		return h.counter(metricUnverified)+h.counter(metricSeqJumps)+h.counter(metricQueueDrops) >= 140
+	})
+	replays := h.counter(metricReplays, "outcome", "requested") - replaysBefore
+	if allowed := bindCheckBurst + bindChecksPerSecond*time.Since(began).Seconds() + 1; replays > allowed {
+		t.Errorf("200 forged frames forced %v replays in %s; the rate allows %.0f", replays, time.Since(began), allowed)
+	}
+	publish(t, engine, st[stepLoRA])
+	waitFor(t, "the engine's next batch", func() bool {
+		return h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)) == 2
+	})
+	if s := h.status("a"); s.Restarts != 0 || h.counter(metricRestarts) != 0 {
+		t.Errorf("forged frames caused %d restarts (status %+v)", s.Restarts, s)
+	}
+}
+
 // TestApplierPanicIsRecoveredAndCounted: a panic while applying a batch
 // (here injected before the first apply) is recovered, counted in
 // kvroute_panics_total, the applier restarts, and replay fills the batch it

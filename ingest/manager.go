@@ -217,9 +217,10 @@ func New(opts Options) (*Manager, error) {
 func (m *Manager) newRank(ps *poolState, rk Rank, replica int) (*rankState, error) {
 	rs := &rankState{
 		mgr: m, pool: ps, in: rk, replica: replica, rank: rk.DPRank, name: rk.Name, r: rk.Replica,
-		queue: make(chan liveBatch, max(m.set.QueueSize, 1)),
-		wake:  make(chan struct{}, 1),
-		dec:   vllmevent.NewDecoder(),
+		queue:  make(chan liveBatch, max(m.set.QueueSize, 1)),
+		wake:   make(chan struct{}, 1),
+		dec:    vllmevent.NewDecoder(),
+		limits: newBindLimits(),
 	}
 	rs.met = m.m.forRank(ps.in.Name, rs.name)
 	rs.keys = newKeyMap(m.tuning.keyMapCap, m.ix.AccountAliases)

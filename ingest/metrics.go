@@ -21,6 +21,7 @@ type metrics struct {
 	seqJumps       *prometheus.CounterVec // pool, replica
 	aliasesEvicted *prometheus.CounterVec // pool, replica
 	replayJumps    *prometheus.CounterVec // pool, replica
+	unverified     *prometheus.CounterVec // pool, replica, reason
 	unroutable     *prometheus.CounterVec // pool, replica, reason
 	connected      *prometheus.GaugeVec   // pool, replica
 	lastSeq        *prometheus.GaugeVec   // pool, replica
@@ -76,6 +77,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		unroutable:     cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
 		aliasesEvicted: cv(metricAliasesEvicted, "Engine hash → block key aliases (keys: tokens) dropped, oldest first, because the rank's key map reached its share of the alias budget (half of index.max_entries divided among the ranks); a later BlockRemoved of such a hash is skipped."),
 		replayJumps:    cv(metricReplayJumps, "Replayed batches skipped because their seq did not follow the previous one of the same replay reply (the engine's buffer is contiguous: corrupt or forged)."),
+		unverified:     cv(metricUnverified, "Bind mode: live batches dropped unchecked, by reason: restart_unconfirmed (a seq going backwards the engine's replay or next batch does not confirm), check_throttled (a batch needing a replay check over the per-rank rate).", "reason"),
 		seqJumps:       cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
 		probesFailed:   cv(metricProbesFailed, "/health probes that failed to connect, answered 5xx (health_failed) or went unanswered for 300 ms (health_stalled).", "reason"),
 		connected:      gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
@@ -92,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.replayJumps, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.replayJumps, m.unverified, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
 	m.panics = panics.NewCounter(reg)
@@ -115,13 +117,18 @@ type rankMetrics struct {
 	scrapeStalled                       prometheus.Counter
 	probeFailed, probeStalled           prometheus.Counter
 	mismatchBS, mismatchAlgo            prometheus.Counter
-	unroutableVec                       *prometheus.CounterVec
+	unroutableVec, unverifiedVec        *prometheus.CounterVec
 	pool, replica                       string
 }
 
 // unroutable is the rank's kvroute_ingest_unroutable_total{reason}.
 func (r *rankMetrics) unroutable(reason string) prometheus.Counter {
 	return r.unroutableVec.WithLabelValues(r.pool, r.replica, reason)
+}
+
+// unverified is the rank's kvroute_ingest_unverified_batches_total{reason}.
+func (r *rankMetrics) unverified(reason string) prometheus.Counter {
+	return r.unverifiedVec.WithLabelValues(r.pool, r.replica, reason)
 }
 
 func (m *metrics) forRank(pool, replica string) *rankMetrics {
@@ -142,7 +149,7 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
 		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
 		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted), replayJumps: with(m.replayJumps),
-		unroutableVec: m.unroutable, pool: pool, replica: replica,
+		unroutableVec: m.unroutable, unverifiedVec: m.unverified, pool: pool, replica: replica,
 		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),
 		connected: m.connected.With(l), lastSeq: m.lastSeq.With(l), lag: m.lag.With(l), hitRate: m.hitRate.With(l),

@@ -47,6 +47,7 @@ type rankState struct {
 	keysBuf    []index.BlockKey
 	groupKinds map[int]bool // group_idx → applied (prefix-keeping kind)
 	checks     int
+	limits     bindLimits
 
 	st statusBox
 }
@@ -70,6 +71,8 @@ type seqState struct {
 	replayEnd   uint64 // highest seq the last replay delivered
 	haveJump    bool
 	jump        uint64 // an unconfirmed huge jump (no replay): taken if the next batch continues it
+	haveBack    bool
+	back        uint64 // bind mode, no replay: an unconfirmed backwards seq, a restart if the next batch continues it
 	haveTopic   bool
 	topic       string
 	initialDone bool // the first-contact replay was tried
@@ -183,7 +186,7 @@ func (rs *rankState) onConnect(ctx context.Context) bool {
 func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 	rs.firstLiveAfterGone(b.seq)
 	s := &rs.seq
-	if s.haveTopic && b.topic != s.topic {
+	if s.haveTopic && b.topic != s.topic && !rs.bound() {
 		rs.mgr.log.Warn("ingest: publisher topic changed; treating as a restart", "pool", rs.pool.in.Name, "replica", rs.name)
 		rs.restart(ctx, b.seq)
 	}
@@ -195,19 +198,27 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 	}
 	switch {
 	case s.haveLive && b.seq <= s.live:
+		if !rs.confirmRestart(ctx, b.seq) {
+			return
+		}
 		rs.restart(ctx, b.seq)
 	case s.have && b.seq <= s.last:
 		if s.haveReplay && b.seq >= s.replayStart && b.seq <= s.replayEnd {
 			s.live, s.haveLive = b.seq, true
 			return // already applied by a replay
 		}
+		if !rs.confirmRestart(ctx, b.seq) {
+			return
+		}
 		rs.restart(ctx, b.seq)
+	default:
+		s.haveBack = false
 	}
 	if s.have && b.seq <= s.last {
 		s.live, s.haveLive = b.seq, true
 		return // the restart's replay covered it
 	}
-	if !s.have && b.seq > 0 && rs.replay != "" {
+	if !s.have && b.seq > 0 && rs.replay != "" && rs.mayCheck(b.seq) {
 		// Nothing applied yet (the first replay failed or raced the
 		// engine's first batches): what came before b.seq is a gap too.
 		rs.replayFrom(ctx, 0, b.seq)
@@ -221,6 +232,9 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 		rs.st.update(func(st *rankStatus) { st.Gaps++ })
 		verified := false
 		if rs.replay != "" {
+			if !rs.mayCheck(b.seq) {
+				return
+			}
 			ok, end := rs.replayFrom(ctx, s.last+1, b.seq)
 			if b.seq <= s.last {
 				s.live, s.haveLive = b.seq, true
@@ -263,8 +277,7 @@ func (rs *rankState) implausibleJump(seq uint64, why string) {
 	rs.met.seqJumps.Inc()
 	rs.st.update(func(st *rankStatus) { st.SeqJumps++ })
 	rs.seq.haveLive = false
-	rs.mgr.log.Warn("ingest: dropped a batch with an implausible sequence jump", "pool", rs.pool.in.Name, "replica", rs.name,
-		"seq", seq, "last_seq", rs.seq.last, "reason", why)
+	rs.warnSeq("ingest: dropped a batch with an implausible sequence jump", "seq", seq, "last_seq", rs.seq.last, "reason", why)
 }
 
 // restart handles a publisher that started over: forget the replica's

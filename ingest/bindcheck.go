@@ -1,0 +1,110 @@
+package ingest
+
+import (
+	"context"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// In bind mode any peer that reaches ingest.bind can send frames under a
+// configured topic, so a live batch is not the engine's word: a seq that
+// goes backwards restarts the replica only when the engine confirms it, and
+// the replays that check a suspicious seq, like the warnings about it, are
+// rate-limited per rank. (In connect mode the stream is kvroute's own
+// connection to the engine.)
+
+// Rates of the bind-mode checks, per rank.
+const (
+	// bindChecksPerSecond (burst bindCheckBurst) bounds the replays a
+	// rank's suspicious live batches (a gap, a seq going backwards) may
+	// trigger; beyond it such a batch is dropped unchecked, and the gap
+	// stays for the next batch or replay to fill.
+	bindChecksPerSecond = 1
+	bindCheckBurst      = 4
+	// seqWarnEvery is the least time between two warnings of one rank
+	// about dropped or refused batches (the rest are counted).
+	seqWarnEvery = time.Minute
+)
+
+// Reasons of kvroute_ingest_unverified_batches_total.
+const (
+	unverifiedRestart   = "restart_unconfirmed" // a backwards seq the engine does not confirm
+	unverifiedThrottled = "check_throttled"     // a batch needing a replay check over the rate
+)
+
+// bindLimits are a rank's rate limits (applier-owned).
+type bindLimits struct {
+	checks *rate.Limiter
+	warns  *rate.Limiter
+	// suppressed counts warnings not logged since the last one.
+	suppressed int
+}
+
+func newBindLimits() bindLimits {
+	return bindLimits{checks: rate.NewLimiter(bindChecksPerSecond, bindCheckBurst), warns: rate.NewLimiter(rate.Every(seqWarnEvery), 1)}
+}
+
+// bound reports whether the rank's live batches come through the shared
+// bind-mode socket.
+func (rs *rankState) bound() bool { return rs.events == "" }
+
+// mayCheck reports whether a suspicious live batch may trigger a replay to
+// check it; in bind mode over the rate, it is dropped and counted.
+func (rs *rankState) mayCheck(seq uint64) bool {
+	if !rs.bound() || rs.replay == "" || rs.limits.checks.Allow() {
+		return true
+	}
+	rs.met.unverified(unverifiedThrottled).Inc()
+	rs.seq.haveLive = false
+	rs.warnSeq("ingest: dropped a live batch unchecked: replay checks over their rate", "seq", seq, "last_seq", rs.seq.last)
+	return false
+}
+
+// confirmRestart reports whether a live seq at or below what was already
+// seen is the engine's own restart. In connect mode it is. In bind mode the
+// engine's replay must show its sequence is now below what kvroute saw
+// (a restarted engine counts again from 0); without a replay endpoint, the
+// next batch must continue the lower seq.
+func (rs *rankState) confirmRestart(ctx context.Context, seq uint64) bool {
+	if !rs.bound() {
+		return true
+	}
+	s := &rs.seq
+	confirmed := false
+	switch {
+	case rs.replay == "":
+		confirmed = s.haveBack && seq == s.back+1
+		s.back, s.haveBack = seq, !confirmed
+	case rs.mayCheck(seq):
+		top, any := uint64(0), false
+		err := rs.mgr.fetchReplay(ctx, rs.replay, seq, func(q uint64, _ []byte) {
+			top, any = max(top, q), true
+		})
+		seen := s.last
+		if s.haveLive {
+			seen = max(seen, s.live)
+		}
+		confirmed = err == nil && any && top < seen
+	default:
+		return false // counted by mayCheck
+	}
+	if confirmed {
+		return true
+	}
+	rs.met.unverified(unverifiedRestart).Inc()
+	s.haveLive = false
+	rs.warnSeq("ingest: dropped a live batch whose seq went backwards; the engine does not confirm a restart", "seq", seq, "last_seq", s.last)
+	return false
+}
+
+// warnSeq logs a warning about dropped batches at most once per
+// seqWarnEvery per rank, with how many were not logged before it.
+func (rs *rankState) warnSeq(msg string, args ...any) {
+	if !rs.limits.warns.Allow() {
+		rs.limits.suppressed++
+		return
+	}
+	rs.mgr.log.Warn(msg, append([]any{"pool", rs.pool.in.Name, "replica", rs.name, "not_logged_before", rs.limits.suppressed}, args...)...)
+	rs.limits.suppressed = 0
+}
