@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/kvroute/kvroute/index"
 )
@@ -378,4 +380,36 @@ func BenchmarkParseMetrics_16MiBPage(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzScrapeFilterKeepsWhatIsRead: for any page the full parser accepts,
+// the filtered page parses too and yields the same load for every rank.
+func FuzzScrapeFilterKeepsWhatIsRead(f *testing.F) {
+	f.Add(vllmMetrics(10, 4, 16, "sha256"))
+	f.Add(oldVLLMMetrics)
+	f.Add(prefillPage(100, 40, 1.5, 3))
+	f.Add("# HELP other x\n# TYPE other counter\nother_total 1\n" + oldVLLMMetrics)
+	pool := poolConfig("p", keysTokens, replicaSpec{name: "r0"})
+	sc := &scraper{pool: &poolState{in: Pool{Name: pool.Name, Models: pool.Models}}}
+	f.Fuzz(func(t *testing.T, body string) {
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		full, err := p.TextToMetricFamilies(strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		kept, err := parseMetrics(strings.NewReader(body))
+		if err != nil {
+			if errors.Is(err, errScrapeSeries) || errors.Is(err, errScrapeLine) {
+				return
+			}
+			t.Fatalf("the full page parses, the filtered one does not: %v", err)
+		}
+		for rank := range 2 {
+			a, errA := sc.load(full, rank)
+			b, errB := sc.load(kept, rank)
+			if (errA == nil) != (errB == nil) || fmt.Sprint(a) != fmt.Sprint(b) {
+				t.Fatalf("rank %d: full %+v (%v), filtered %+v (%v)", rank, a, errA, b, errB)
+			}
+		}
+	})
 }
