@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -371,14 +373,29 @@ func TestScrapeRefusesTooManySeriesOfAReadFamily(t *testing.T) {
 	}
 }
 
+// BenchmarkParseMetrics_16MiBPage parses bigMetricsPage as the scraper
+// does (filtered) and, as the baseline, with expfmt over the whole page.
 func BenchmarkParseMetrics_16MiBPage(b *testing.B) {
 	page := bigMetricsPage()
-	b.SetBytes(int64(len(page)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := parseMetrics(strings.NewReader(page)); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name  string
+		parse func(io.Reader) (map[string]*dto.MetricFamily, error)
+	}{
+		{"filtered", parseMetrics},
+		{"expfmt_whole_page", func(r io.Reader) (map[string]*dto.MetricFamily, error) {
+			p := expfmt.NewTextParser(model.UTF8Validation)
+			return p.TextToMetricFamilies(r)
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(page)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.parse(strings.NewReader(page)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
