@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -177,4 +178,50 @@ lines:
 		sum += v
 	}
 	return sum
+}
+
+// TestRemovingAFrozenEngineReturnsAtOnce: a replica whose engine accepted
+// kvroute's event connection and never answered the ZMTP handshake leaves
+// the pool at once (SetReplicas holds the pool's lock while the replica's
+// goroutines stop), not after the 30 s handshake timeout.
+func TestRemovingAFrozenEngineReturnsAtOnce(t *testing.T) {
+	a := newReplica(t)
+	s, _ := startServer(t, a)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		select {
+		case c := <-accepted:
+			c.Close()
+		default:
+		}
+	})
+	frozen := config.Replica{Name: "frozen", Address: "127.0.0.2:8000", Events: "tcp://" + ln.Addr().String(), DataParallelSize: 1}
+	if err := s.SetReplicas("qwen", []Replica{{Config: a.config("r0")}, {Config: frozen}}); err != nil {
+		t.Fatal(err)
+	}
+	var c net.Conn
+	select {
+	case c = <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("kvroute never connected to the frozen engine")
+	}
+	accepted <- c // closed at cleanup
+	time.Sleep(50 * time.Millisecond)
+	began := time.Now()
+	if err := s.SetReplicas("qwen", []Replica{{Config: a.config("r0")}}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("removing the frozen engine took %s", took)
+	}
 }
