@@ -218,9 +218,12 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 		s.live, s.haveLive = b.seq, true
 		return // the restart's replay covered it
 	}
-	if !s.have && b.seq > 0 && rs.replay != "" && rs.mayCheck(b.seq) {
+	if !s.have && b.seq > 0 && rs.replay != "" {
 		// Nothing applied yet (the first replay failed or raced the
 		// engine's first batches): what came before b.seq is a gap too.
+		if !rs.mayCheck(b.seq) {
+			return
+		}
 		rs.replayFrom(ctx, 0, b.seq)
 		if s.have && b.seq <= s.last {
 			s.live, s.haveLive = b.seq, true
