@@ -28,32 +28,55 @@ type Config struct {
 }
 
 // Peers joins several kvroute replicas in front of one fleet into a mesh:
-// each publishes every request it routes and ends (endpoint, uncached
-// prompt tokens, block keys) and puts the others' on its own books, so each
-// prices the prefill work the others just sent. Off while Listen is "".
-// docs/CONFIG.md, peers.
+// each streams every request it routes and ends (endpoint, uncached prompt
+// tokens, block keys) to the others and puts the others' on its own books,
+// so each prices the prefill work the others just sent. Off while Listen is
+// "". The mesh runs over gRPC with mutual TLS (TLS); plaintext only with
+// Insecure. docs/CONFIG.md, peers.
 type Peers struct {
-	// Listen is the ZeroMQ PUB endpoint this kvroute publishes on
-	// (tcp://0.0.0.0:5590); the other kvroutes connect to it.
+	// Listen is the gRPC listener the other kvroutes subscribe to,
+	// host:port (0.0.0.0:5590).
 	Listen string `yaml:"listen"`
-	// Addresses are the other kvroutes' endpoints (tcp://host:port); the
-	// list may name this kvroute too (one list for every replica): its own
-	// messages are ignored.
+	// Addresses are the other kvroutes' listeners (host:port); the list may
+	// name this kvroute too (one list for every replica): it does not
+	// subscribe to itself.
 	Addresses []string `yaml:"addresses"`
+	// TLS authenticates and encrypts the mesh; required unless Insecure.
+	TLS PeersTLS `yaml:"tls"`
+	// Insecure runs the mesh in plaintext: anyone who reaches Listen reads
+	// every routed block key and can book work on this kvroute's engines.
+	Insecure bool `yaml:"insecure"`
 	// HeartbeatInterval is how often a kvroute says it is alive.
 	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
 	// PeerTimeout: a peer silent this long is gone and its requests come
-	// off the books.
+	// off the books; a subscriber a send has waited on this long is cut.
 	PeerTimeout Duration `yaml:"peer_timeout"`
 	// RequestTimeout: a peer's request not ended this long after it began
 	// comes off the books (its end was lost).
 	RequestTimeout Duration `yaml:"request_timeout"`
 	// MaxRequests bounds the peers' requests on the books, all peers
-	// together; a request beyond is not booked and is counted.
+	// together; each peer gets an equal share (MaxRequests over the number
+	// of addresses), beyond which its oldest request comes off.
 	MaxRequests int `yaml:"max_requests"`
-	// MaxMessageBytes bounds one peer message; a peer announcing more is
+	// MaxMessageBytes bounds one peer message; a peer sending more is
 	// disconnected before anything is allocated.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
+}
+
+// PeersTLS are the mesh's mutual-TLS credentials: each kvroute presents
+// CertFile when it serves and when it subscribes, and trusts a peer iff the
+// peer's certificate chains to CAFile (and names one of AllowedNames, when
+// set).
+type PeersTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"`
+	// AllowedNames, when set, narrows trust to certificates carrying one of
+	// these DNS or URI SANs (exact match).
+	AllowedNames []string `yaml:"allowed_names"`
+	// ServerName, when set, is checked in every peer's server certificate
+	// instead of the host of its address.
+	ServerName string `yaml:"server_name"`
 }
 
 // Tracing protocols for tracing.protocol.

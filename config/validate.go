@@ -479,12 +479,9 @@ func (v *validator) peers(p *Peers) {
 		}
 		return
 	}
-	v.zmq("peers.listen", p.Listen, true)
-	if strings.HasPrefix(p.Listen, "ipc://") {
-		v.fail("peers.listen", "%q: peers listen on tcp://host:port", p.Listen)
-	}
+	v.peerAddr("peers.listen", p.Listen)
 	if len(p.Addresses) == 0 {
-		v.fail("peers.addresses", "empty: name the other kvroutes (tcp://host:port)")
+		v.fail("peers.addresses", "empty: name the other kvroutes (host:port)")
 	}
 	if len(p.Addresses) > MaxPeers {
 		v.fail("peers.addresses", "%d addresses; at most %d", len(p.Addresses), MaxPeers)
@@ -492,14 +489,31 @@ func (v *validator) peers(p *Peers) {
 	seen := map[string]bool{}
 	for i, a := range p.Addresses {
 		at := fmt.Sprintf("peers.addresses[%d]", i)
-		v.zmq(at, a, false)
-		if strings.HasPrefix(a, "ipc://") {
-			v.fail(at, "%q: peers are reached over tcp://host:port", a)
+		v.peerAddr(at, a)
+		if h, _, err := net.SplitHostPort(a); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
+			v.fail(at, "%q: a peer is reached at its host, not a wildcard", a)
 		}
 		if seen[a] {
 			v.fail(at, "%q is listed twice", a)
 		}
 		seen[a] = true
+	}
+	t := p.TLS
+	set := t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" || len(t.AllowedNames) > 0 || t.ServerName != ""
+	switch {
+	case p.Insecure && set:
+		v.fail("peers.insecure", "true with peers.tls set: choose mutual TLS or plaintext")
+	case !p.Insecure:
+		for _, f := range []struct{ key, v string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
+			if f.v == "" {
+				v.fail("peers.tls."+f.key, "required: the mesh authenticates and encrypts its peers with mutual TLS (docs/OPERATIONS.md, Security); peers.insecure: true runs it in plaintext")
+			}
+		}
+		for i, n := range t.AllowedNames {
+			if n == "" {
+				v.fail(fmt.Sprintf("peers.tls.allowed_names[%d]", i), "empty")
+			}
+		}
 	}
 	if p.HeartbeatInterval <= 0 {
 		v.fail("peers.heartbeat_interval", "%s must be positive", p.HeartbeatInterval)
@@ -516,6 +530,15 @@ func (v *validator) peers(p *Peers) {
 	if p.MaxMessageBytes < MinPeerMessageBytes || p.MaxMessageBytes > MaxMessageBytesLimit {
 		v.fail("peers.max_message_bytes", "%d must be in [%d, %d]", p.MaxMessageBytes, MinPeerMessageBytes, MaxMessageBytesLimit)
 	}
+}
+
+// peerAddr checks a peer mesh address: host:port, gRPC's form.
+func (v *validator) peerAddr(path, addr string) {
+	if strings.Contains(addr, "://") {
+		v.fail(path, "%q: the mesh takes host:port (it speaks gRPC)", addr)
+		return
+	}
+	v.listen(path, addr, false)
 }
 
 // zmq checks a ZeroMQ endpoint: tcp://host:port or ipc://path. A connecting

@@ -1,35 +1,48 @@
 // Package mesh joins the kvroute replicas in front of one fleet: each
-// publishes every request it routes and ends — endpoint, uncached prompt
-// tokens, block keys — on a ZeroMQ PUB socket, subscribes to the others',
-// and puts their requests on its own router's books (routing.Router.BeginPeer).
-// Every kvroute already sees every engine's KV events; with the mesh each
-// also sees the prefill work the others just sent, which no scrape can show
-// until it is under way.
+// streams every request it routes and ends — endpoint, uncached prompt
+// tokens, block keys — to the others that subscribe to it, subscribes to
+// theirs, and puts their requests on its own router's books
+// (routing.Router.BeginPeer). Every kvroute already sees every engine's KV events;
+// with the mesh each also sees the prefill work the others just sent, which
+// no scrape can show until it is under way.
 //
-// Nothing a peer sends is trusted: frames are capped before zmq4 allocates
-// them (ingest.CappedContext), messages are decoded strictly, a peer's
-// requests are bounded in number and in age, and a peer that goes silent
-// has its requests taken off the books.
+// The mesh runs over gRPC streams with mutual TLS (transport.go): a peer is
+// trusted iff its certificate chains to the mesh CA. Even a trusted peer's
+// input is bounded: messages are capped before they are allocated and
+// decoded strictly, booked tokens and keys are clamped to what a request of
+// the pool can carry, each sender's bookings are bounded and expire, the
+// peers' speculative keys take a bounded share of the index, and a peer
+// that goes silent has its requests taken off the books. A subscriber that
+// stops reading loses its own messages, never anyone else's.
 package mesh
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/routing"
 )
+
+// PanicComponent is kvroute_panics_total's component for the mesh.
+const PanicComponent = "peer_mesh"
 
 // Books is where peers' requests go: the router (routing.Router).
 type Books interface {
@@ -37,13 +50,31 @@ type Books interface {
 	EndPeer(routing.PeerWork)
 }
 
+// Index is what the mesh reads of the router's index to keep the peers'
+// speculative keys a bounded share of it (index.Index).
+type Index interface {
+	TotalEntries() int64
+	MaxEntries() int64
+}
+
+// PoolBounds is what one request of a pool can carry: a peer's booking is
+// clamped to it.
+type PoolBounds struct {
+	MaxTokens int // routing.max_prompt_tokens
+	MaxKeys   int // the full blocks of MaxTokens
+}
+
 // Options configures a Mesh (config.Peers, resolved).
 type Options struct {
-	// Listen is the PUB endpoint, tcp://host:port (port 0: any; see Addr).
+	// Listen is the mesh's gRPC listener, host:port (port 0: any; see Addr).
 	Listen string
-	// Addresses are the peers' PUB endpoints; this kvroute's own may be
-	// among them (its messages are ignored).
+	// Addresses are the peers' listeners, host:port; this kvroute's own
+	// may be among them (it does not subscribe to itself).
 	Addresses []string
+	// TLS are the mutual-TLS credentials; nil only with Insecure.
+	TLS *TLSFiles
+	// Insecure runs the mesh in plaintext, unauthenticated.
+	Insecure bool
 	// Layout is the fingerprint of this kvroute's pools (server computes
 	// it); a message with another is dropped: its names and keys would not
 	// mean the same here.
@@ -53,45 +84,62 @@ type Options struct {
 	RequestTimeout    time.Duration
 	MaxRequests       int
 	MaxMessageBytes   int
-	Logger            *slog.Logger
-	Registerer        prometheus.Registerer
+	// Pools bound the bookings per pool (by name); a pool missing here is
+	// not clamped (the books refuse pools they do not know).
+	Pools map[string]PoolBounds
+	// Index and SpeculativeTTL bound the peers' speculative keys (nil: not
+	// bounded by the index's size).
+	Index          Index
+	SpeculativeTTL time.Duration
+	Logger         *slog.Logger
+	Registerer     prometheus.Registerer
 	// Now is the clock of timeouts; nil → time.Now.
 	Now func() time.Time
 }
 
-// sendQueue bounds the messages waiting for the PUB socket; a message that
-// does not fit is dropped and counted (peers then miss one request, which
-// their timeouts forgive).
-const sendQueue = 4096
-
 // maxSenders bounds the distinct senders tracked: every configured peer
-// restarting a few times over before its old self times out.
+// restarting a few times over before its old self times out. A new sender
+// beyond it evicts the one heard from least recently.
 const maxSenders = 4 * 64
 
-// reconnect backoff of a peer's SUB socket.
+// peerKeyShare: the peers' live speculative keys stay under 1/peerKeyShare
+// of index.max_entries, and none are stored once the index is that close to
+// its cap, so a flood of peer keys can neither fill the index nor push out
+// the blocks the engines hold.
+const peerKeyShare = 8
+
+// reconnect backoff of a subscription.
 const (
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 5 * time.Second
 )
 
-// Mesh is this kvroute's place in the mesh: a Sharer for its router, and
-// the subscriber that books the peers' requests.
+// Mesh is this kvroute's place in the mesh: a Sharer for its router, the
+// server its peers subscribe to, and the subscriber that books the peers'
+// requests.
 type Mesh struct {
-	o      Options
-	books  Books
-	log    *slog.Logger
-	met    *metrics
-	now    func() time.Time
-	sender uint64
-	seq    atomic.Uint64
-	nextID atomic.Uint64
-	out    chan []byte
-	pub    zmq4.Socket
-	closed atomic.Bool
+	o          Options
+	books      Books
+	log        *slog.Logger
+	met        *metrics
+	pc         *panics.Counter
+	now        func() time.Time
+	sender     uint64
+	nextID     atomic.Uint64
+	closed     atomic.Bool
+	lis        *listener
+	srv        *grpc.Server
+	clientOpts []grpc.DialOption
+	perSender  int
+
+	pubMu sync.Mutex // orders seq and the fan-out to subscribers
+	seq   uint64
+	subs  map[*subscriber]struct{}
 
 	mu     sync.Mutex
 	peers  map[uint64]*peer // by sender id
 	booked int              // requests on the books, all peers
+	keys   keyBudget
 }
 
 // peer is one sender's state.
@@ -99,6 +147,7 @@ type peer struct {
 	lastSeen time.Time
 	lastSeq  uint64
 	reqs     map[uint64]bookedReq
+	order    []uint64 // request ids in booking order (some since ended)
 }
 
 type bookedReq struct {
@@ -106,8 +155,15 @@ type bookedReq struct {
 	at   time.Time
 }
 
-// New binds the PUB socket (so a taken port fails at start) and returns the
-// mesh; Run connects to the peers and serves until its context ends.
+// stream is the state of one subscription: every message on it must come
+// from the sender of its first.
+type stream struct {
+	sender uint64
+	dec    message
+}
+
+// New binds the listener (so a taken port fails at start) and loads the
+// certificates; Run serves and subscribes until its context ends.
 func New(o Options, books Books) (*Mesh, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -118,20 +174,44 @@ func New(o Options, books Books) (*Mesh, error) {
 	if o.HeartbeatInterval <= 0 || o.PeerTimeout <= 0 || o.RequestTimeout <= 0 || o.MaxRequests <= 0 || o.MaxMessageBytes < headerLen {
 		return nil, errors.New("mesh: every interval, timeout and bound must be positive")
 	}
-	m := &Mesh{o: o, books: books, log: o.Logger, met: newMetrics(o.Registerer), now: o.Now,
-		sender: randomSender(), out: make(chan []byte, sendQueue), peers: map[uint64]*peer{}}
-	ctx := ingest.CappedContext(context.Background(), uint64(o.MaxMessageBytes), m.refused("publisher"))
-	m.pub = zmq4.NewPub(ctx, ingest.QuietZMQ)
-	if err := m.pub.SetOption(zmq4.OptionHWM, sendQueue); err != nil {
-		m.pub.Close()
-		return nil, fmt.Errorf("mesh: publisher: %w", err)
+	if (o.TLS == nil) != o.Insecure {
+		return nil, errors.New("mesh: either TLS credentials or Insecure")
 	}
-	if err := m.pub.Listen(ingest.CappedEndpoint(o.Listen)); err != nil {
-		m.pub.Close()
+	m := &Mesh{o: o, books: books, log: o.Logger, met: newMetrics(o.Registerer), pc: panics.NewCounter(o.Registerer), now: o.Now,
+		sender: randomSender(), subs: map[*subscriber]struct{}{}, peers: map[uint64]*peer{},
+		perSender: max(1, o.MaxRequests/max(1, len(o.Addresses)))}
+	if o.Index != nil && o.SpeculativeTTL > 0 {
+		capacity := float64(o.Index.MaxEntries()) / (2 * peerKeyShare) // live ≤ twice a bucket
+		m.keys = keyBudget{on: true, capacity: capacity, tokens: capacity, per: o.SpeculativeTTL}
+	}
+	var serverTLS, clientTLS *tls.Config
+	if o.TLS != nil {
+		s, c, err := o.TLS.tlsConfigs()
+		if err != nil {
+			return nil, err
+		}
+		serverTLS, clientTLS = s, c
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
 		return nil, fmt.Errorf("peers.listen %s: %w", o.Listen, err)
 	}
+	m.lis = &listener{Listener: ln, conns: map[string]*conn{}, refuse: func(r string) { m.refuseConn(r, nil) }}
+	m.srv = m.newServer(serverTLS)
+	m.clientOpts = m.clientOptions(clientTLS)
 	return m, nil
 }
+
+func credentialsInsecure() credentials.TransportCredentials { return insecure.NewCredentials() }
+
+func grpcConnectParams() grpc.ConnectParams {
+	return grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: minBackoff, Multiplier: 2, Jitter: 0.2, MaxDelay: maxBackoff},
+		MinConnectTimeout: handshakeTimeout,
+	}
+}
+
+func jitter(d time.Duration) time.Duration { return mrand.N(d + 1) }
 
 // randomSender is this process's sender id: a restarted kvroute is a new
 // sender, so its peers never mix its old requests with its new ones.
@@ -143,11 +223,11 @@ func randomSender() uint64 {
 	return binary.LittleEndian.Uint64(b[:]) | 1
 }
 
-// Addr is the PUB socket's address (its port when Listen asked for 0).
-func (m *Mesh) Addr() string { return m.pub.Addr().String() }
+// Addr is the listener's address (its port when Listen asked for 0).
+func (m *Mesh) Addr() string { return m.lis.Addr().String() }
 
 // Began publishes a request this kvroute routed (routing.Sharer). It never
-// blocks: a full send queue drops the message and counts it.
+// blocks: a subscriber whose queue is full misses it, counted.
 func (m *Mesh) Began(w routing.SharedWork) uint64 {
 	id := m.nextID.Add(1)
 	keys := w.Keys
@@ -161,52 +241,66 @@ func (m *Mesh) Began(w routing.SharedWork) uint64 {
 		keys = nil
 	}
 	matched := min(max(w.Matched, 0), len(keys))
-	b := make([]byte, 0, beginLen(w.Pool, w.Endpoint, len(keys)))
-	b = appendBegin(b, m.header(), id, clampU32(w.Uncached), uint32(matched), w.Pool, w.Endpoint, keys)
-	m.enqueue(kindBegin, b)
+	m.publish(kindBegin, func(h header) []byte {
+		b := make([]byte, 0, beginLen(w.Pool, w.Endpoint, len(keys)))
+		return appendBegin(b, h, id, clampU32(w.Uncached), uint32(matched), w.Pool, w.Endpoint, keys)
+	})
 	return id
 }
 
 // Ended publishes the end of a request Began published.
 func (m *Mesh) Ended(id uint64) {
-	m.enqueue(kindEnd, appendEnd(make([]byte, 0, endLen), m.header(), id))
+	m.publish(kindEnd, func(h header) []byte { return appendEnd(make([]byte, 0, endLen), h, id) })
 }
 
-// header is the next message's header.
-func (m *Mesh) header() header {
-	return header{sender: m.sender, seq: m.seq.Add(1), layout: m.o.Layout, sent: time.Now().UnixNano()}
+// headerLocked is the next message's header (m.pubMu held); next false
+// repeats the current seq (a subscription's first hello).
+func (m *Mesh) headerLocked(next bool) header {
+	if next {
+		m.seq++
+	}
+	return header{sender: m.sender, seq: m.seq, layout: m.o.Layout, sent: time.Now().UnixNano()}
 }
 
 func clampU32(v int) uint32 { return uint32(min(uint64(max(v, 0)), 1<<32-1)) }
 
-func (m *Mesh) enqueue(kind byte, b []byte) {
+// publish offers one message to every subscriber, in seq order.
+func (m *Mesh) publish(kind byte, build func(header) []byte) {
 	if m.closed.Load() {
 		return
 	}
-	select {
-	case m.out <- b:
-	default:
-		m.met.dropped.WithLabelValues(dropSendQueueFull).Inc()
-		return
+	m.pubMu.Lock()
+	b := build(m.headerLocked(true))
+	for s := range m.subs {
+		s.offer(b)
 	}
+	m.pubMu.Unlock()
 	m.met.sent.WithLabelValues(kindNames[kind]).Inc()
 }
 
-// Run publishes, subscribes to every peer and sweeps the books until ctx
-// ends; then it closes the sockets and takes every peer request off the
-// books.
+// Run serves the subscribers, subscribes to every peer and sweeps the books
+// until ctx ends; then it closes every connection and takes every peer
+// request off the books.
 func (m *Mesh) Run(ctx context.Context) {
-	var wg, pub sync.WaitGroup
-	pub.Go(func() { m.publish(ctx) })
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer m.pc.Recover(PanicComponent, m.log, nil)
+		if err := m.srv.Serve(m.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			m.log.Error("peer mesh: listener stopped", "err", err)
+		}
+	})
 	for _, a := range m.o.Addresses {
-		wg.Go(func() { m.subscribe(ctx, a) })
+		wg.Go(func() { m.supervise(ctx, func() { m.subscribe(ctx, a) }) })
 	}
-	wg.Go(func() { m.sweep(ctx) })
-	m.log.Info("peer mesh up", "listen", m.Addr(), "peers", len(m.o.Addresses))
+	wg.Go(func() { m.supervise(ctx, func() { m.sweep(ctx) }) })
+	mode := "mutual TLS"
+	if m.o.Insecure {
+		mode = "plaintext"
+	}
+	m.log.Info("peer mesh up", "listen", m.Addr(), "peers", len(m.o.Addresses), "transport", mode)
 	<-ctx.Done()
 	m.closed.Store(true)
-	pub.Wait() // the socket is closed once nothing sends on it
-	m.pub.Close()
+	m.srv.Stop()
 	wg.Wait()
 	m.mu.Lock()
 	for s, p := range m.peers {
@@ -215,94 +309,47 @@ func (m *Mesh) Run(ctx context.Context) {
 	m.mu.Unlock()
 }
 
-// publish hands queued messages to the PUB socket (which queues them for
-// each subscriber, bounded by its HWM).
-func (m *Mesh) publish(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case b := <-m.out:
-			if err := m.pub.Send(zmq4.NewMsg(b)); err != nil {
-				m.met.dropped.WithLabelValues(dropSendError).Inc()
-			}
-		}
-	}
-}
-
-// subscribe keeps a SUB socket connected to one peer and books what it
-// reads; a failed connection is retried with backoff.
-func (m *Mesh) subscribe(ctx context.Context, addr string) {
-	conn := m.met.connected.WithLabelValues(addr)
-	backoff := minBackoff
-	var dec message
+// supervise runs f until ctx ends, again after a panic (counted).
+func (m *Mesh) supervise(ctx context.Context, f func()) {
 	for ctx.Err() == nil {
-		sctx, cancel := context.WithCancel(ingest.CappedContext(ctx, uint64(m.o.MaxMessageBytes), m.refused("subscriber")))
-		sub := zmq4.NewSub(sctx, ingest.QuietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(2*time.Second))
-		err := sub.SetOption(zmq4.OptionSubscribe, "")
-		if err == nil {
-			err = sub.Dial(ingest.CappedEndpoint(addr))
-		}
-		if err == nil {
-			conn.Set(1)
-			backoff = minBackoff
-			for {
-				msg, rerr := sub.Recv()
-				if rerr != nil {
-					err = rerr
-					break
-				}
-				if msg.Type == zmq4.CmdMsg {
-					continue
-				}
-				m.receive(msg.Frames, &dec)
-			}
-			conn.Set(0)
-		}
-		sub.Close()
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		m.log.Debug("peer mesh: connection to a peer down; retrying", "peer", addr, "err", err, "backoff", backoff)
+		func() {
+			defer m.pc.Recover(PanicComponent, m.log, nil)
+			f()
+		}()
 		select {
 		case <-ctx.Done():
-			return
-		case <-time.After(backoff/2 + mrand.N(backoff/2+1)):
+		case <-time.After(minBackoff):
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
-// receive books one message from a peer.
-func (m *Mesh) receive(frames [][]byte, dec *message) {
-	if len(frames) != 1 {
-		m.drop(dropFrames, "frames", len(frames))
+// receive books one message from a peer's stream.
+func (m *Mesh) receive(b []byte, st *stream) {
+	dec := &st.dec
+	if err := decode(b, dec); err != nil {
+		m.drop(dropDecode, "bytes", len(b), "err", err)
 		return
 	}
-	if err := decode(frames[0], dec); err != nil {
-		m.drop(dropDecode, "bytes", len(frames[0]), "err", err)
+	if st.sender == 0 {
+		st.sender = dec.sender
+	} else if dec.sender != st.sender {
+		m.drop(dropSenderChanged, "bytes", len(b))
 		return
 	}
 	if dec.sender == m.sender {
 		return // this kvroute's own, through an address that names it
 	}
 	if dec.layout != m.o.Layout {
-		m.drop(dropLayout, "bytes", len(frames[0]))
+		m.drop(dropLayout, "bytes", len(b))
 		return
 	}
-	m.met.received.WithLabelValues(kindNames[dec.kind]).Inc()
-	// The sender's clock against ours: transit and queueing, plus whatever
-	// the clocks differ by (a message "from the future" counts as 0).
-	m.met.delay.Observe(max(0, time.Since(time.Unix(0, dec.sent)).Seconds()))
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.peers[dec.sender]
 	if p == nil {
 		if len(m.peers) >= maxSenders {
-			m.drop(dropTooManyPeers, "senders", len(m.peers))
-			return
+			m.evictOldestSender()
 		}
 		p = &peer{reqs: map[uint64]bookedReq{}}
 		m.peers[dec.sender] = p
@@ -314,55 +361,173 @@ func (m *Mesh) receive(frames [][]byte, dec *message) {
 	p.lastSeen = now
 	p.lastSeq = max(p.lastSeq, dec.seq)
 	switch dec.kind {
+	case kindHello:
 	case kindBegin:
-		m.begin(p, dec, now)
-	case kindEnd:
-		if r, ok := p.reqs[dec.request]; ok {
-			m.books.EndPeer(r.work)
-			delete(p.reqs, dec.request)
-			m.booked--
-			m.met.booked.Set(float64(m.booked))
+		if !m.begin(p, dec, now) {
+			return
 		}
+	case kindEnd:
+		r, ok := p.reqs[dec.request]
+		if !ok {
+			m.drop(dropUnbookedEnd, "bytes", len(b))
+			return
+		}
+		m.books.EndPeer(r.work)
+		delete(p.reqs, dec.request)
+		m.booked--
+		m.met.booked.Set(float64(m.booked))
 	}
+	m.met.received.WithLabelValues(kindNames[dec.kind]).Inc()
+	// The sender's clock against ours: transit and queueing, plus whatever
+	// the clocks differ by (a message "from the future" counts as 0).
+	m.met.delay.Observe(max(0, time.Since(time.Unix(0, dec.sent)).Seconds()))
 }
 
-func (m *Mesh) begin(p *peer, dec *message, now time.Time) {
+// evictOldestSender makes room for a new sender (m.mu held): the one heard
+// from least recently goes, with its requests.
+func (m *Mesh) evictOldestSender() {
+	var oldest uint64
+	var op *peer
+	for s, p := range m.peers {
+		if op == nil || p.lastSeen.Before(op.lastSeen) {
+			oldest, op = s, p
+		}
+	}
+	m.log.Warn("peer mesh: sender table full; evicted the sender heard from least recently", "senders", len(m.peers),
+		"requests", len(op.reqs), "silent", m.now().Sub(op.lastSeen).Round(time.Millisecond))
+	m.met.sendersEvicted.Inc()
+	m.forget(oldest, op, expiredSenderEvicted)
+}
+
+// begin books a peer's request (m.mu held), clamped to what a request of
+// its pool can carry; false: not booked (counted).
+func (m *Mesh) begin(p *peer, dec *message, now time.Time) bool {
 	if _, dup := p.reqs[dec.request]; dup {
 		m.drop(dropDuplicate, "bytes", 0)
-		return
+		return false
 	}
-	if m.booked >= m.o.MaxRequests {
+	if m.booked >= m.o.MaxRequests && len(p.reqs) == 0 {
 		m.drop(dropBooksFull, "booked", m.booked)
-		return
+		return false
+	}
+	if len(p.reqs) >= m.perSender || m.booked >= m.o.MaxRequests {
+		// The sender's oldest booking goes: its end was most likely lost,
+		// and the newest work is what the decision should see.
+		m.endOldest(p)
+	}
+	uncached, keys, matched := int(dec.uncached), dec.keys, int(dec.matched)
+	if b, ok := m.o.Pools[string(dec.pool)]; ok {
+		if uncached > b.MaxTokens {
+			uncached = b.MaxTokens
+			m.clamp(clampTokens)
+		}
+		if len(keys) > b.MaxKeys {
+			keys = keys[:b.MaxKeys]
+			m.clamp(clampKeys)
+		}
+	}
+	if n := m.admitKeys(len(keys), now); n < len(keys) {
+		keys = keys[:n]
+		m.clamp(clampKeyShare)
 	}
 	w, err := m.books.BeginPeer(routing.SharedWork{
 		Pool: string(dec.pool), Endpoint: string(dec.endpoint),
-		Uncached: int(dec.uncached), Matched: int(dec.matched), Keys: dec.keys,
+		Uncached: uncached, Matched: min(matched, len(keys)), Keys: keys,
 	})
 	if err != nil {
 		// Names are the peer's config, not a client's, but a peer may be
 		// anything: log lengths only.
-		m.drop(dropUnknownEndpoint, "pool_bytes", len(dec.pool), "endpoint_bytes", len(dec.endpoint), "err", err)
-		return
+		reason := dropUnknownEndpoint
+		if errors.Is(err, routing.ErrUnknownPool) {
+			reason = dropUnknownPool
+		}
+		m.drop(reason, "pool_bytes", len(dec.pool), "endpoint_bytes", len(dec.endpoint), "err", err)
+		return false
 	}
 	p.reqs[dec.request] = bookedReq{work: w, at: now}
+	p.order = append(p.order, dec.request)
 	m.booked++
 	m.met.booked.Set(float64(m.booked))
+	return true
 }
 
-// sweep says hello every heartbeat and takes off the books the requests of
-// peers gone silent and requests whose end never came.
+// endOldest takes a sender's oldest booking off the books (m.mu held).
+func (m *Mesh) endOldest(p *peer) {
+	for len(p.order) > 0 {
+		id := p.order[0]
+		p.order = p.order[1:]
+		if r, ok := p.reqs[id]; ok {
+			m.books.EndPeer(r.work)
+			delete(p.reqs, id)
+			m.booked--
+			m.met.expired.WithLabelValues(expiredSenderCap).Inc()
+			if m.met.shouldLog("sender_cap", m.now()) {
+				m.log.Warn("peer mesh: a peer is at its share of peers.max_requests; its oldest request came off the books", "limit", m.perSender)
+			}
+			break
+		}
+	}
+	if len(p.order) > 2*len(p.reqs)+64 {
+		// Compact the ended ids away (amortised: the slice at least halves).
+		kept := p.order[:0:0]
+		for _, id := range p.order {
+			if _, ok := p.reqs[id]; ok {
+				kept = append(kept, id)
+			}
+		}
+		p.order = kept
+	}
+}
+
+// keyBudget is a token bucket of peer keys per speculative TTL.
+type keyBudget struct {
+	on               bool
+	capacity, tokens float64
+	per              time.Duration
+	last             time.Time
+}
+
+// admitKeys says how many of n keys a peer's booking may store (m.mu held):
+// within the bucket, and none once the index is within 1/peerKeyShare of its
+// cap.
+func (m *Mesh) admitKeys(n int, now time.Time) int {
+	if !m.keys.on || n == 0 {
+		return n
+	}
+	k := &m.keys
+	if !k.last.IsZero() {
+		k.tokens = min(k.capacity, k.tokens+k.capacity*now.Sub(k.last).Seconds()/k.per.Seconds())
+	}
+	k.last = now
+	limit := m.o.Index.MaxEntries()
+	room := limit - limit/peerKeyShare - m.o.Index.TotalEntries()
+	a := int(max(0, min(float64(n), k.tokens, float64(room))))
+	k.tokens -= float64(a)
+	return a
+}
+
+func (m *Mesh) clamp(field string) {
+	m.met.clamped.WithLabelValues(field).Inc()
+	if m.met.shouldLog("clamp_"+field, m.now()) {
+		m.log.Warn("peer mesh: clamped a peer's booking", "field", field)
+	}
+}
+
+// sweep says hello every heartbeat, takes off the books the requests of
+// peers gone silent and requests whose end never came, and cuts stalled
+// subscribers.
 func (m *Mesh) sweep(ctx context.Context) {
 	t := time.NewTicker(m.o.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		m.enqueue(kindHello, appendHeader(make([]byte, 0, headerLen), kindHello, m.header()))
+		m.publish(kindHello, func(h header) []byte { return appendHeader(make([]byte, 0, headerLen), kindHello, h) })
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		m.expire(m.now())
+		m.cutStalled()
 	}
 }
 
@@ -409,22 +574,15 @@ func (m *Mesh) drop(reason string, attrs ...any) {
 	}
 }
 
-// refused counts and logs a connection closed for an oversize frame.
-func (m *Mesh) refused(socket string) func(ingest.Refusal) {
-	return func(r ingest.Refusal) {
-		m.met.refused.WithLabelValues(socket, r.Reason).Inc()
-		if m.met.shouldLog("refused_"+socket, time.Now()) {
-			m.log.Warn("peer mesh: refused an oversize ZeroMQ frame; closed the connection", "socket", socket, "reason", r.Reason,
-				"peer", r.Peer, "frame_bytes", r.FrameBytes, "message_bytes", r.MessageBytes, "limit_bytes", r.LimitBytes)
-		}
-	}
-}
-
 var _ routing.Sharer = (*Mesh)(nil)
 
-// Close releases the PUB socket of a mesh that never ran (Run closes it
+// Close releases the listener of a mesh that never ran (Run releases it
 // otherwise).
 func (m *Mesh) Close() {
 	m.closed.Store(true)
-	m.pub.Close()
+	m.srv.Stop()
+	m.lis.Close()
 }
+
+// index.Index is what server passes as Options.Index.
+var _ Index = (*index.Index)(nil)

@@ -9,7 +9,7 @@ import (
 )
 
 // The mesh's wire format, kvroute's own (no other system speaks it): one
-// ZeroMQ frame per message, little-endian.
+// gRPC message per message (transport.go), little-endian.
 //
 //	offset  size  field
 //	0       4     magic "KVRM"

@@ -11,9 +11,6 @@ import (
 	"github.com/kvroute/kvroute/routing"
 )
 
-// panicMesh is kvroute_panics_total's component for the peer mesh.
-const panicMesh = "peer_mesh"
-
 // buildMesh joins the router to the peer mesh when peers.listen is set
 // (nil otherwise).
 func (s *Server) buildMesh(cfg *config.Config) (*mesh.Mesh, error) {
@@ -22,16 +19,36 @@ func (s *Server) buildMesh(cfg *config.Config) (*mesh.Mesh, error) {
 		mesh.NewMetrics(s.reg) // the series exist, at zero, either way
 		return nil, nil
 	}
-	m, err := mesh.New(mesh.Options{
-		Listen: p.Listen, Addresses: p.Addresses, Layout: meshLayout(cfg),
+	o := mesh.Options{
+		Listen: p.Listen, Addresses: p.Addresses, Insecure: p.Insecure, Layout: meshLayout(cfg),
 		HeartbeatInterval: p.HeartbeatInterval.Std(), PeerTimeout: p.PeerTimeout.Std(), RequestTimeout: p.RequestTimeout.Std(),
-		MaxRequests: p.MaxRequests, MaxMessageBytes: p.MaxMessageBytes, Logger: s.log, Registerer: s.reg,
-	}, s.router)
+		MaxRequests: p.MaxRequests, MaxMessageBytes: p.MaxMessageBytes, Pools: meshPools(cfg),
+		Index: s.ix, SpeculativeTTL: cfg.Index.SpeculativeTTL.Std(), Logger: s.log, Registerer: s.reg,
+	}
+	if p.Insecure {
+		s.log.Warn("peer mesh in plaintext (peers.insecure): anyone who reaches peers.listen reads every routed block key and can book work on this kvroute's engines",
+			"listen", p.Listen)
+	} else {
+		t := p.TLS
+		o.TLS = &mesh.TLSFiles{CertFile: resolve(s.baseDir, t.CertFile), KeyFile: resolve(s.baseDir, t.KeyFile), CAFile: resolve(s.baseDir, t.CAFile),
+			AllowedNames: t.AllowedNames, ServerName: t.ServerName}
+	}
+	m, err := mesh.New(o, s.router)
 	if err != nil {
 		return nil, err
 	}
 	s.router.SetSharer(m)
 	return m, nil
+}
+
+// meshPools bounds a peer's booking per pool: the tokens and the full
+// blocks of the longest prompt this kvroute would route itself.
+func meshPools(cfg *config.Config) map[string]mesh.PoolBounds {
+	b := map[string]mesh.PoolBounds{}
+	for _, p := range cfg.Pools {
+		b[p.Name] = mesh.PoolBounds{MaxTokens: cfg.Routing.MaxPromptTokens, MaxKeys: cfg.Routing.MaxPromptTokens / max(1, p.BlockSize)}
+	}
+	return b
 }
 
 // meshLayout fingerprints what a peer's pool and endpoint names and block
@@ -58,7 +75,7 @@ func (s *Server) closeMesh() {
 	}
 }
 
-// MeshAddr is the peer mesh's PUB address ("" without a mesh).
+// MeshAddr is the peer mesh's listener address ("" without a mesh).
 func (s *Server) MeshAddr() string {
 	if s.mesh == nil {
 		return ""

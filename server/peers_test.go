@@ -14,13 +14,14 @@ import (
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/internal/testdata"
+	"github.com/kvroute/kvroute/internal/testpki"
 )
 
 // TestPeersBookEachOthersRoutedRequests is two kvroute servers in front of
 // the same two engines, joined by peers: a request routed over a real
-// ext_proc stream by one is booked by the other over the real ZeroMQ mesh
-// (its endpoint known there, its layout the same), and taken off the books
-// when its stream ends.
+// ext_proc stream by one is booked by the other over the real mesh (gRPC
+// with mutual TLS; its endpoint known there, its layout the same), and
+// taken off the books when its stream ends.
 func TestPeersBookEachOthersRoutedRequests(t *testing.T) {
 	reps := []*replica{newReplica(t), newReplica(t)}
 	free, err := loopback.FreePorts(2)
@@ -29,15 +30,18 @@ func TestPeersBookEachOthersRoutedRequests(t *testing.T) {
 	}
 	var ports []string
 	for _, p := range free {
-		ports = append(ports, fmt.Sprintf("tcp://127.0.0.1:%d", p)) // the servers bind them next; a clash fails loudly
+		ports = append(ports, fmt.Sprintf("127.0.0.1:%d", p)) // the servers bind them next; a clash fails loudly
 	}
+	ca := testpki.New(t)
 	tokDir := testdata.TokenizerDir(t, "qwen3")
 	var servers []*Server
 	var clients []extprocv3.ExternalProcessorClient
 	for i := range 2 {
 		var b strings.Builder
 		fmt.Fprintf(&b, "listen: {extproc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nrouting: {debug_headers: true}\n")
-		fmt.Fprintf(&b, "peers: {listen: %q, addresses: [%q, %q], heartbeat_interval: 50ms, peer_timeout: 1s}\n", ports[i], ports[0], ports[1])
+		cert := ca.Issue(t, fmt.Sprintf("kvroute-%d", i))
+		fmt.Fprintf(&b, "peers: {listen: %q, addresses: [%q, %q], heartbeat_interval: 50ms, peer_timeout: 1s,\n", ports[i], ports[0], ports[1])
+		fmt.Fprintf(&b, "  tls: {cert_file: %q, key_file: %q, ca_file: %q}}\n", cert.Cert, cert.Key, ca.File)
 		fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n    block_size: %d\n    replicas:\n", tokDir, blockSize)
 		for j, r := range reps {
 			fmt.Fprintf(&b, "      - {name: r%d, address: %q, events: %q}\n", j, r.http.Listener.Addr().String(), r.pub.Endpoint())
@@ -47,7 +51,7 @@ func TestPeersBookEachOthersRoutedRequests(t *testing.T) {
 			t.Fatalf("config: %v\n%s", err, b.String())
 		}
 		s, c := runServer(t, cfg)
-		if got := s.MeshAddr(); "tcp://"+got != ports[i] {
+		if got := s.MeshAddr(); got != ports[i] {
 			t.Fatalf("mesh bound %s, configured %s", got, ports[i])
 		}
 		servers = append(servers, s)

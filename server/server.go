@@ -234,7 +234,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.mesh != nil {
 		wg.Go(func() {
 			// Counted, not restarted: Run owns the sockets it closes.
-			defer s.panics.Recover(panicMesh, s.log, nil)
+			defer s.panics.Recover(mesh.PanicComponent, s.log, nil)
 			s.mesh.Run(ctx)
 		})
 	}

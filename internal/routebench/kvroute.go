@@ -51,7 +51,8 @@ type KVRouteConfig struct {
 	// DefaultBenchScrapeInterval.
 	ScrapeInterval time.Duration
 	// PeersListen and Peers join the peer mesh (peers.listen and
-	// peers.addresses); PeersListen "" leaves it off.
+	// peers.addresses; in plaintext, peers.insecure: every kvroute is on
+	// loopback); PeersListen "" leaves it off.
 	PeersListen string
 	Peers       []string
 }
@@ -65,7 +66,7 @@ func loopbackPeerEndpoints(n int) ([]string, error) {
 	}
 	var out []string
 	for _, p := range ports {
-		out = append(out, fmt.Sprintf("tcp://127.0.0.1:%d", p))
+		out = append(out, fmt.Sprintf("127.0.0.1:%d", p))
 	}
 	return out, nil
 }
@@ -95,7 +96,7 @@ func (c KVRouteConfig) YAML() string {
 		fmt.Fprintf(&b, "routing: {%s}\n", strings.Join(routing, ", "))
 	}
 	if c.PeersListen != "" {
-		fmt.Fprintf(&b, "peers: {listen: %q, addresses: [%s]}\n", c.PeersListen, strings.Join(quoteAll(c.Peers), ", "))
+		fmt.Fprintf(&b, "peers: {listen: %q, insecure: true, addresses: [%s]}\n", c.PeersListen, strings.Join(quoteAll(c.Peers), ", "))
 	}
 	b.WriteString("pools:\n")
 	fmt.Fprintf(&b, "  - name: %s\n    models: [%q]\n    tokenizer: %q\n    block_size: %d\n    keys: %s\n",
