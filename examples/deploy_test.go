@@ -324,7 +324,7 @@ func TestKubernetesPeersNameEveryReplica(t *testing.T) {
 	}
 	var want []string
 	for i := range replicas {
-		want = append(want, fmt.Sprintf("tcp://%s-%d.%s:%s", sts, i, headless, port))
+		want = append(want, fmt.Sprintf("%s-%d.%s:%s", sts, i, headless, port))
 	}
 	if !slices.Equal(cfg.Peers.Addresses, want) {
 		t.Errorf("peers.addresses %v, want every replica: %v", cfg.Peers.Addresses, want)
