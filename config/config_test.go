@@ -211,3 +211,42 @@ func TestErrorsDoNotEchoLongValues(t *testing.T) {
 		}
 	}
 }
+
+// TestPeersNeedMutualTLSOrSayInsecure: a mesh without peers.tls is refused
+// with a message naming the keys and the way out; plaintext is a choice
+// that excludes TLS; addresses are gRPC's host:port.
+func TestPeersNeedMutualTLSOrSayInsecure(t *testing.T) {
+	mesh := "peers: {listen: \"0.0.0.0:5590\", addresses: [\"kvroute-0.kvroute-peers:5590\", \"kvroute-1.kvroute-peers:5590\"]"
+	tls := "tls: {cert_file: c.pem, key_file: k.pem, ca_file: ca.pem}"
+	for _, c := range []struct {
+		name, peers string
+		want        []string // substrings of the error; none: valid
+	}{
+		{"mutual TLS", mesh + ", " + tls + "}", nil},
+		{"plaintext by choice", mesh + ", insecure: true}", nil},
+		{"no TLS", mesh + "}", []string{"peers.tls.cert_file: required", "peers.tls.key_file: required", "peers.tls.ca_file: required", "peers.insecure: true"}},
+		{"a CA is required", mesh + ", tls: {cert_file: c.pem, key_file: k.pem}}", []string{"peers.tls.ca_file: required"}},
+		{"both", mesh + ", insecure: true, " + tls + "}", []string{"peers.insecure: true with peers.tls set"}},
+		{"ZeroMQ endpoint", "peers: {listen: \"tcp://0.0.0.0:5590\", addresses: [\"tcp://kvroute-1:5590\"], " + tls + "}",
+			[]string{"peers.listen: \"tcp://0.0.0.0:5590\": the mesh takes host:port", "peers.addresses[0]: \"tcp://kvroute-1:5590\": the mesh takes host:port"}},
+		{"wildcard peer", "peers: {listen: \":5590\", addresses: [\"0.0.0.0:5590\"], " + tls + "}", []string{"peers.addresses[0]: \"0.0.0.0:5590\": a peer is reached at its host"}},
+		{"empty allowed name", mesh + ", tls: {cert_file: c.pem, key_file: k.pem, ca_file: ca.pem, allowed_names: [\"\"]}}", []string{"peers.tls.allowed_names[0]: empty"}},
+	} {
+		_, err := Parse([]byte(minimal + c.peers + "\n"))
+		if len(c.want) == 0 {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error lacks %q:\n%v", c.name, w, err)
+			}
+		}
+	}
+}

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -85,6 +86,61 @@ func FuzzDecode(f *testing.F) {
 		}
 		if !bytes.Equal(re, b) {
 			t.Fatalf("decoded %+v re-encodes differently", m)
+		}
+	})
+}
+
+// FuzzReceive: any sequence of messages on two streams, booked through the
+// whole receive path, keeps every bound — the books match the mesh's count,
+// the count stays within max_requests and each sender within its share,
+// tokens and keys within the pool's bounds — and panics nowhere.
+func FuzzReceive(f *testing.F) {
+	h := func(sender, seq uint64) header { return header{sender: sender, seq: seq, layout: 77} }
+	var seed []byte
+	for _, msg := range [][]byte{
+		appendHeader(nil, kindHello, h(5, 1)),
+		appendBegin(nil, h(5, 2), 1, 4e9, 2, "p", "e", []index.BlockKey{1, 2, 3, 4, 5, 6}),
+		appendBegin(nil, h(5, 3), 2, 10, 0, "p", "nobody", nil),
+		appendEnd(nil, h(5, 4), 1),
+		appendEnd(nil, h(6, 1), 9),
+	} {
+		seed = binary.LittleEndian.AppendUint16(seed, uint16(len(msg)))
+		seed = append(seed, msg...)
+	}
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		b := &books{}
+		o := testOptions()
+		o.Insecure, o.MaxRequests, o.Addresses = true, 8, []string{"127.0.0.1:1", "127.0.0.1:2"}
+		o.Pools = map[string]PoolBounds{"p": {MaxTokens: 1000, MaxKeys: 4}}
+		m, err := New(o, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		var streams [2]stream
+		for i := 0; len(in) >= 2; i++ {
+			n := int(binary.LittleEndian.Uint16(in))
+			in = in[2:]
+			n = min(n, len(in))
+			m.receive(in[:n], &streams[i%2])
+			in = in[n:]
+		}
+		begun, open := b.state()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if open != m.booked || m.booked > o.MaxRequests {
+			t.Fatalf("books hold %d, the mesh counts %d (max %d)", open, m.booked, o.MaxRequests)
+		}
+		for _, p := range m.peers {
+			if len(p.reqs) > m.perSender {
+				t.Fatalf("a sender holds %d bookings, share %d", len(p.reqs), m.perSender)
+			}
+		}
+		for _, w := range begun {
+			if w.Pool == "p" && (w.Uncached > 1000 || len(w.Keys) > 4 || w.Matched > len(w.Keys)) {
+				t.Fatalf("booked %d tokens, %d keys, %d matched", w.Uncached, len(w.Keys), w.Matched)
+			}
 		}
 	})
 }
