@@ -39,8 +39,8 @@ func init() {
 }
 
 // CappedEndpoint is ep on the capped transport (inproc stays: it never
-// leaves the process). A zmq4 socket made with a CappedContext and bound or
-// dialled on it refuses oversize frames; the peer mesh uses it too.
+// leaves the process). A zmq4 socket made with a context carrying a frame
+// limit (withFrameLimit) and bound or dialled on it refuses oversize frames.
 func CappedEndpoint(ep string) string {
 	if rest, ok := strings.CutPrefix(ep, "tcp://"); ok {
 		return cappedTCP + "://" + rest
@@ -84,31 +84,6 @@ type refusal struct {
 }
 
 type frameLimitKey struct{}
-
-// Refusal is one connection a capped socket closed for an oversize frame:
-// lengths and the peer's address, never content.
-type Refusal struct {
-	Reason       string // frame_too_large or message_too_large
-	Peer         string
-	FrameBytes   uint64 // the length the frame header announced
-	MessageBytes uint64 // the message's length with that frame
-	LimitBytes   uint64
-}
-
-// CappedContext is ctx carrying a frame limit for a zmq4 socket created
-// with it and bound or dialled on CappedEndpoint: a peer whose frame header
-// announces more than maxMessageBytes (alone or with the frames of its
-// message before it) is disconnected before zmq4 allocates anything, and
-// onRefuse (nil: nobody) hears of it.
-func CappedContext(ctx context.Context, maxMessageBytes uint64, onRefuse func(Refusal)) context.Context {
-	l := &frameLimit{maxMessageBytes: maxMessageBytes}
-	if onRefuse != nil {
-		l.onRefuse = func(r refusal) {
-			onRefuse(Refusal{Reason: r.reason, Peer: r.peer, FrameBytes: r.frameBytes, MessageBytes: r.messageBytes, LimitBytes: r.limitBytes})
-		}
-	}
-	return withFrameLimit(ctx, l)
-}
 
 func withFrameLimit(ctx context.Context, l *frameLimit) context.Context {
 	return context.WithValue(ctx, frameLimitKey{}, l)
