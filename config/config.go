@@ -64,9 +64,9 @@ type Peers struct {
 }
 
 // PeersTLS are the mesh's mutual-TLS credentials: each kvroute presents
-// CertFile when it serves and when it subscribes, and trusts a peer iff the
-// peer's certificate chains to CAFile (and names one of AllowedNames, when
-// set).
+// CertFile when it serves and when it subscribes (read again when it
+// changes on disk), and trusts a peer iff the peer's certificate chains to
+// CAFile (and names one of AllowedNames, when set).
 type PeersTLS struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`

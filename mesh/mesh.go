@@ -186,7 +186,7 @@ func New(o Options, books Books) (*Mesh, error) {
 	}
 	var serverTLS, clientTLS *tls.Config
 	if o.TLS != nil {
-		s, c, err := o.TLS.tlsConfigs()
+		s, c, err := o.TLS.tlsConfigs(m.certReloaded)
 		if err != nil {
 			return nil, err
 		}
@@ -200,6 +200,17 @@ func New(o Options, books Books) (*Mesh, error) {
 	m.srv = m.newServer(serverTLS)
 	m.clientOpts = m.clientOptions(clientTLS)
 	return m, nil
+}
+
+// certReloaded logs and counts a certificate reload.
+func (m *Mesh) certReloaded(err error) {
+	if err != nil {
+		m.met.certReloads.WithLabelValues("error").Inc()
+		m.log.Error("peer mesh: the certificate files changed but do not load; the previous certificate stays in use", "err", err)
+		return
+	}
+	m.met.certReloads.WithLabelValues("applied").Inc()
+	m.log.Info("peer mesh: certificate reloaded")
 }
 
 func credentialsInsecure() credentials.TransportCredentials { return insecure.NewCredentials() }

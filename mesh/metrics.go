@@ -57,6 +57,7 @@ type metrics struct {
 	clamped         *prometheus.CounterVec
 	subscriberDrops *prometheus.CounterVec
 	cut             *prometheus.CounterVec
+	certReloads     *prometheus.CounterVec
 	lost            prometheus.Counter
 	sendersEvicted  prometheus.Counter
 	booked, peers   prometheus.Gauge
@@ -91,6 +92,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Messages a subscribed peer missed because it did not keep up and its send queue was full, by peer (certificate name, or IP in plaintext)."}, []string{"peer"}),
 		cut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_peer_subscribers_cut_total",
 			Help: "Subscribed peers disconnected because a send to them waited longer than peers.peer_timeout, by peer."}, []string{"peer"}),
+		certReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_peer_certificate_reloads_total",
+			Help: "Reloads of peers.tls.cert_file and key_file after they changed on disk, by result (applied, error: the previous certificate stays)."}, []string{"result"}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_peer_messages_lost_total",
 			Help: "Peer-mesh messages missing from a peer's sequence (never received)."}),
 		sendersEvicted: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_peer_senders_evicted_total",
@@ -110,7 +113,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		labels:  map[string]bool{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.sent, m.received, m.dropped, m.refused, m.expired, m.clamped, m.subscriberDrops, m.cut, m.lost,
+		reg.MustRegister(m.sent, m.received, m.dropped, m.refused, m.expired, m.clamped, m.subscriberDrops, m.cut, m.certReloads, m.lost,
 			m.sendersEvicted, m.booked, m.peers, m.subscribers, m.connected, m.delay)
 	}
 	for _, k := range kindNames {
@@ -127,6 +130,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{refusedHandshake, refusedNameNotAllowed, refusedTooManyConns, refusedTooManySubscribers, refusedBadHello,
 		refusedLayout, refusedMessageTooLarge} {
 		m.refused.WithLabelValues(r)
+	}
+	for _, r := range []string{"applied", "error"} {
+		m.certReloads.WithLabelValues(r)
 	}
 	for _, f := range []string{clampTokens, clampKeys, clampKeyShare} {
 		m.clamped.WithLabelValues(f)

@@ -21,7 +21,7 @@ func (p *pki) issue(t *testing.T, name string) *TLSFiles {
 // clientTLS is the client side of f, as a raw TLS client would use it.
 func clientTLS(t *testing.T, f *TLSFiles) *tls.Config {
 	t.Helper()
-	_, c, err := f.tlsConfigs()
+	_, c, err := f.tlsConfigs(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

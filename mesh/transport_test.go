@@ -24,7 +24,7 @@ import (
 // answered by someone else.
 func fakePeer(t *testing.T, f *TLSFiles, frames [][]byte) string {
 	t.Helper()
-	srvTLS, _, err := f.tlsConfigs()
+	srvTLS, _, err := f.tlsConfigs(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +88,7 @@ func TestStrangersCannotReadOrSteer(t *testing.T) {
 	ca, other := newPKI(t), newPKI(t)
 	b := &books{}
 	o := testOptions()
+	o.PeerTimeout = time.Minute // the fake peers say hello once
 	o.TLS = ca.issue(t, "kvroute-0")
 	o.TLS.AllowedNames = []string{"kvroute-0", "kvroute-1", "impostor"}
 	forged := [][]byte{
@@ -108,7 +109,7 @@ func TestStrangersCannotReadOrSteer(t *testing.T) {
 	eventually(t, "the trusted fake peer's booking", func() bool { _, open := b.state(); return open == 1 })
 	time.Sleep(300 * time.Millisecond) // the impostor had as long
 	if _, open := b.state(); open != 1 {
-		t.Fatalf("%d booked: the impostor's booking went through", open)
+		t.Fatalf("%d booked, want the trusted peer's 1 (the impostor's must not be)", open)
 	}
 	if got := testutil.ToFloat64(m.met.connected.WithLabelValues(impostor)); got != 0 {
 		t.Fatal("subscribed to a server of another CA")
@@ -331,4 +332,51 @@ func openFDs(t *testing.T) int {
 		t.Skipf("no /proc/self/fd: %v", err)
 	}
 	return len(ents)
+}
+
+// TestCertificateRotates: new certificate files (a rotated Secret) are
+// served from the next handshake on; files that do not load leave the last
+// good certificate in use, counted.
+func TestCertificateRotates(t *testing.T) {
+	nodes := newNodes(t, 1, nil)
+	m := nodes[0].m
+	client := clientTLS(t, nodes[0].ca.issue(t, "kvroute-1"))
+	served := func() string {
+		t.Helper()
+		c, err := tls.Dial("tcp", m.Addr(), client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].DNSNames[0]
+	}
+	if got := served(); got != "kvroute-0" {
+		t.Fatalf("serves %q", got)
+	}
+	rotated := nodes[0].ca.issue(t, "kvroute-0-rotated")
+	copyFile := func(from, to string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(rotated.CertFile, m.o.TLS.CertFile)
+	copyFile(rotated.KeyFile, m.o.TLS.KeyFile)
+	time.Sleep(1100 * time.Millisecond) // checked at most once a second
+	if got := served(); got != "kvroute-0-rotated" {
+		t.Fatalf("serves %q after the rotation", got)
+	}
+	if err := os.WriteFile(m.o.TLS.CertFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if got := served(); got != "kvroute-0-rotated" {
+		t.Fatalf("serves %q after a broken rotation", got)
+	}
+	if a, e := testutil.ToFloat64(m.met.certReloads.WithLabelValues("applied")), testutil.ToFloat64(m.met.certReloads.WithLabelValues("error")); a != 1 || e != 1 {
+		t.Fatalf("reloads applied %v, error %v; want 1, 1", a, e)
+	}
 }
