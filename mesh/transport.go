@@ -375,7 +375,9 @@ func (m *Mesh) subscribe(ctx context.Context, addr string) {
 	conn := m.met.connected.WithLabelValues(addr)
 	cc, err := grpc.NewClient(addr, m.clientOpts...)
 	if err != nil {
+		// Only a malformed target fails here (config validates them).
 		m.log.Error("peer mesh: cannot subscribe to a peer address", "peer", addr, "err", err)
+		<-ctx.Done()
 		return
 	}
 	defer cc.Close()
