@@ -89,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		clamped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_peer_bookings_clamped_total",
 			Help: "Peers' bookings cut down to a bound, by field (tokens: over routing.max_prompt_tokens; keys: over the blocks of such a prompt; index_share: peers' speculative keys at their share of index.max_entries)."}, []string{"field"}),
 		subscriberDrops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_peer_subscriber_drops_total",
-			Help: "Messages a subscribed peer missed because it did not keep up and its send queue was full, by peer (certificate name, or IP in plaintext)."}, []string{"peer"}),
+			Help: "Messages a subscribed peer missed because it did not keep up and its send queue was full, by peer (certificate name@IP, or IP in plaintext)."}, []string{"peer"}),
 		cut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_peer_subscribers_cut_total",
 			Help: "Subscribed peers disconnected because a send to them waited longer than peers.peer_timeout, by peer."}, []string{"peer"}),
 		certReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_peer_certificate_reloads_total",

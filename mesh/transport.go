@@ -269,27 +269,30 @@ func (m *Mesh) serveSubscriber(ss grpc.ServerStream) (err error) {
 // errSelf: a subscription to this kvroute's own address.
 var errSelf = errors.New("this is the subscriber itself")
 
-// peerName is how metrics name the peer of a stream: its certificate's
-// first URI or DNS name (or common name) under mutual TLS, its IP without.
+// peerName is how metrics name the peer of a stream: its IP, after its
+// certificate's first URI or DNS name (or common name) under mutual TLS —
+// the name alone may be shared (one wildcard certificate for every
+// replica).
 func peerName(p *grpcpeer.Peer) string {
 	if p == nil {
 		return ""
 	}
+	ip := ""
+	if ta, ok := p.Addr.(*net.TCPAddr); ok {
+		ip = ta.IP.String()
+	}
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
 		c := ti.State.PeerCertificates[0]
+		name := c.Subject.CommonName
 		switch {
 		case len(c.URIs) > 0:
-			return c.URIs[0].String()
+			name = c.URIs[0].String()
 		case len(c.DNSNames) > 0:
-			return c.DNSNames[0]
-		default:
-			return c.Subject.CommonName
+			name = c.DNSNames[0]
 		}
+		return name + "@" + ip
 	}
-	if ta, ok := p.Addr.(*net.TCPAddr); ok {
-		return ta.IP.String()
-	}
-	return ""
+	return ip
 }
 
 func (m *Mesh) addSubscriber(s *subscriber) bool {

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +88,36 @@ func TestPeersBookEachOthersRoutedRequests(t *testing.T) {
 	}
 	if n := metricValue(t, peer, "kvroute_peer_requests_booked"); n != 0 {
 		t.Fatalf("%g requests still booked after the stream ended", n)
+	}
+}
+
+// TestMeshCertificatesMustLoad: certificate files that are missing or no
+// PEM stop the start with an error naming the key; a listener on the mesh
+// port is not left behind.
+func TestMeshCertificatesMustLoad(t *testing.T) {
+	ca := testpki.New(t)
+	good := ca.Issue(t, "kvroute-0")
+	junk := filepath.Join(t.TempDir(), "junk.pem")
+	if err := os.WriteFile(junk, []byte("not PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, cert, key, ca, want string }{
+		{"missing certificate", filepath.Join(t.TempDir(), "nope.pem"), good.Key, ca.File, "peers.tls.cert_file"},
+		{"CA not PEM", good.Cert, good.Key, junk, "peers.tls.ca_file: no PEM certificates"},
+	} {
+		doc := fmt.Sprintf(`listen: {extproc: "127.0.0.1:0", admin: ""}
+peers: {listen: "127.0.0.1:0", addresses: ["127.0.0.1:1"], tls: {cert_file: %q, key_file: %q, ca_file: %q}}
+pools:
+  - name: qwen
+    models: [qwen]
+    replicas: [{name: r0, address: "127.0.0.1:1"}]
+`, c.cert, c.key, c.ca)
+		cfg, err := config.Parse([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: config: %v", c.name, err)
+		}
+		if _, err := New(Options{Config: cfg, Logger: quietLogger()}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New: %v, want an error naming %q", c.name, err, c.want)
+		}
 	}
 }
