@@ -62,8 +62,8 @@ type message struct {
 	request  uint64
 	uncached uint32
 	matched  uint32
-	pool     []byte // aliases the frame
-	endpoint []byte // aliases the frame
+	pool     []byte // aliases the message
+	endpoint []byte // aliases the message
 	keys     []index.BlockKey
 }
 
@@ -79,8 +79,8 @@ var (
 	errMatched  = errors.New("matched blocks exceed the keys")
 )
 
-// decode parses b into m; m.keys reuses its backing array (the frame's
-// length bounds it: the transport capped the frame before it was read).
+// decode parses b into m; m.keys reuses its backing array (the message's
+// length bounds it: the transport capped the message before it was read).
 func decode(b []byte, m *message) error {
 	if len(b) < headerLen {
 		return fmt.Errorf("%w: %d bytes", errShort, len(b))
