@@ -47,5 +47,6 @@ func TestCommittedDataIsPresent(t *testing.T) {
 	ChatGoldens(t)
 	Jinja2Renders(t)
 	Path(t, "traces/mooncake_conversation_trace.jsonl")
+	Path(t, "traces/mooncake_synthetic_trace.jsonl")
 	Path(t, "traces/LICENSE-APACHE-Mooncake")
 }
