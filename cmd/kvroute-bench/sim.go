@@ -36,6 +36,9 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	fs.BoolVar(&o.Peers, "peers", false, "join the --gateways kvroute instances in the peer mesh (config peers): each books the requests the others route")
 	spread := fs.Duration("spread", 0, "spread each request's arrival uniformly over this window after its recorded time (Mooncake's trace records 3 s buckets: 3s spreads them), seeded by --seed")
 	fs.DurationVar(&o.PeerDelay, "peer-delay", 0, "with --peers: how late the mesh's messages reach the other instances")
+	fs.IntVar(&o.StickyThreshold, "sticky-threshold", o.StickyThreshold, "llm-d-sticky's saturation point: the token load (prompt tokens still to prefill) at which a cache holder stops being preferred")
+	fs.Float64Var(&o.DynamoWeight, "dynamo-weight", o.DynamoWeight, "dynamo-kv's overlap_score_weight (prefill blocks' weight against decode blocks)")
+	fs.Float64Var(&o.DynamoTemperature, "dynamo-temperature", o.DynamoTemperature, "dynamo-kv's router_temperature (0: least cost; above: softmax sampling)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of every random choice in the run (the random policy, kvroute's tie-breaks among equal costs)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvroute/kvroute/blockhash"
-	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/routebench"
@@ -68,6 +66,13 @@ func (m *multiPicker) done(now time.Time, id int) {
 	m.ps[g].done(now, id)
 }
 
+func (m *multiPicker) prefilled(now time.Time, id int) {
+	m.advance(now)
+	if w, ok := m.ps[id%len(m.ps)].(prefillWatcher); ok {
+		w.prefilled(now, id)
+	}
+}
+
 func (m *multiPicker) events(now time.Time, e int, payload []byte) error {
 	m.advance(now)
 	for _, p := range m.ps {
@@ -109,6 +114,10 @@ func newPicker1(policy string, engines int, o Options) (picker, error) {
 		// flight). Tokens are spelled as 4 characters each, so one chunk is
 		// exactly 16 tokens of the prompt.
 		return &gatewayPicker{pol: routebench.NewApproxPrefix(256), text: true}, nil
+	case PolicyLLMDSticky:
+		return newSticky(engines, o)
+	case PolicyDynamoKV:
+		return newDynamo(engines, o)
 	case PolicyRoundRobin:
 		return &gatewayPicker{pol: &routebench.RoundRobin{}}, nil
 	case PolicyLeastLoaded:
@@ -197,49 +206,21 @@ func kvrouteYAML(engines, blockSize int, routing string, indexTTL time.Duration)
 }
 
 func newKVRoute(engines int, o Options) (*kvPicker, error) {
-	cfg, err := config.Parse([]byte(kvrouteYAML(engines, o.BlockSize, o.RoutingYAML, o.IndexTTL)))
+	x, cfg, err := newExactIndex(engines, o)
 	if err != nil {
-		return nil, fmt.Errorf("kvroute config: %w", err)
+		return nil, err
 	}
-	k := &kvPicker{byAddr: map[string]int{}, pending: map[int]*routing.Decision{}, counts: map[string]int{}, now: epoch}
-	k.ix = index.New(index.Options{
-		TTL: cfg.Index.TTL.Std(), MaxEntries: cfg.Index.MaxEntries, CPUTierWeight: cfg.Index.CPUTierWeight,
-		SpeculativeTTL: cfg.Index.SpeculativeTTL.Std(), Now: func() time.Time { return k.now },
-	})
+	k := &kvPicker{ix: x.ix, appliers: x.appliers, byAddr: map[string]int{}, pending: map[int]*routing.Decision{},
+		counts: map[string]int{}, now: epoch, blockSize: x.blockSize}
+	x.clock = func() time.Time { return k.now }
 	pc := &cfg.Pools[0]
-	pid, err := k.ix.AddPool(pc.Name)
-	if err != nil {
-		return nil, err
-	}
-	algo, err := blockhash.ParseAlgorithm(pc.Hash.Algorithm)
-	if err != nil {
-		return nil, err
-	}
-	// One key owner for the pool, shared by the appliers and the router, as
-	// server wires them.
-	keys, err := blockhash.NewPoolKeys(blockhash.PoolKeysConfig{Pool: pc.Name, EngineKeys: true,
-		Algorithm: algo, Seed: pc.Hash.Seed, BlockSize: pc.BlockSize})
-	if err != nil {
-		return nil, err
-	}
-	ip := ingest.Pool{Name: pc.Name, ID: pid, Models: pc.Models, Keys: keys}
-	for i, rc := range pc.Replicas {
-		r, err := k.ix.AddReplica(pid, rc.Name)
-		if err != nil {
-			return nil, err
-		}
-		a, err := ingest.NewApplier(k.ix, ip, ingest.Rank{Replica: r, Name: rc.Name, ReplicaName: rc.Name, Address: rc.Address, DPSize: 1},
-			func() time.Time { return k.now })
-		if err != nil {
-			return nil, err
-		}
-		k.appliers = append(k.appliers, a)
+	for i, r := range x.replicas {
+		rc := pc.Replicas[i]
 		k.eps = append(k.eps, routing.Endpoint{Replica: r, Name: rc.Name, Address: rc.Address, DPSize: 1})
 		k.byAddr[rc.Address] = i
 	}
-	k.blockSize = pc.BlockSize
 	k.router, err = routing.NewRouter(k.ix, []routing.PoolConfig{{
-		Name: pc.Name, ID: pid, Models: pc.Models, Keys: keys, Endpoints: k.eps,
+		Name: pc.Name, ID: x.pool, Models: pc.Models, Keys: x.keys, Endpoints: k.eps,
 	}}, server.RouterOptions(cfg.Routing))
 	if err != nil {
 		return nil, err

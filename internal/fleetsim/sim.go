@@ -17,13 +17,18 @@ const (
 	PolicyRoundRobin   = "round-robin"
 	PolicyLeastLoaded  = "least-loaded"
 	PolicyRandom       = "random"
+	// PolicyLLMDSticky is llm-d's "sticky until saturated" default and
+	// PolicyDynamoKV Dynamo's KV router, both on kvroute's exact index
+	// (anchors.go).
+	PolicyLLMDSticky = "llm-d-sticky"
+	PolicyDynamoKV   = "dynamo-kv"
 	// policyPooled is the pooled-cache bound: one engine with the whole
 	// fleet's KV, budget and speed.
 	policyPooled = "pooled"
 )
 
 // AllPolicies is every routing policy, in report order.
-var AllPolicies = []string{PolicyRoundRobin, PolicyLeastLoaded, PolicyRandom, PolicyApproxPrefix, PolicyKVRoute}
+var AllPolicies = []string{PolicyRoundRobin, PolicyLeastLoaded, PolicyRandom, PolicyApproxPrefix, PolicyLLMDSticky, PolicyDynamoKV, PolicyKVRoute}
 
 // Options describe a simulated fleet. Every figure in docs/BENCHMARKS.md
 // names the options that produced it.
@@ -59,6 +64,13 @@ type Options struct {
 	PeerDelay time.Duration
 	// IndexTTL is kvroute's index.ttl; 0 keeps its default.
 	IndexTTL time.Duration
+	// StickyThreshold is llm-d-sticky's saturation point: the token load
+	// (prompt tokens still to prefill of the requests a gateway has in
+	// flight to an engine) at which it stops preferring cache holders.
+	StickyThreshold int
+	// DynamoWeight and DynamoTemperature are dynamo-kv's
+	// overlap_score_weight and router_temperature.
+	DynamoWeight, DynamoTemperature float64
 	// Seed drives every random choice of the run (the random policy,
 	// kvroute's tie-breaks): one seed, one result.
 	Seed uint64
@@ -77,8 +89,14 @@ func DefaultOptions() Options {
 		Engines: 16, KVBlocks: 8192, BlockSize: 64, MaxNumSeqs: 64, MaxNumBatchedTokens: 2048,
 		MaxModelLen: 131072, Prefill: 50 * time.Microsecond, Decode: 5 * time.Millisecond,
 		ScrapeInterval: time.Second, Seed: 1, ProgressEvery: 1000, Gateways: 1,
+		StickyThreshold: DefaultStickyThreshold, DynamoWeight: 1,
 	}
 }
+
+// DefaultStickyThreshold is llm-d-sticky's saturation point on the default
+// fleet, calibrated by a sweep on the routing suite (docs/BENCHMARKS.md,
+// Routing suite).
+const DefaultStickyThreshold = 32768
 
 // Result is one policy's run.
 type Result struct {
@@ -142,6 +160,12 @@ type picker interface {
 	decisions() map[string]int
 }
 
+// prefillWatcher is a picker that is told when a request's first token
+// came (its prefill is done), as routers that watch the response stream are.
+type prefillWatcher interface {
+	prefilled(now time.Time, id int)
+}
+
 // Run simulates one policy over src.
 func Run(src Source, policy string, o Options) (*Result, error) {
 	start := time.Now()
@@ -194,6 +218,9 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 		res.TTFT = append(res.TTFT, q.FirstToken().Sub(q.Arrival()))
 		res.PromptTokens += int64(q.PromptTokens())
 		res.HitTokens += int64(q.HitTokens())
+		if w, ok := p.(prefillWatcher); ok {
+			w.prefilled(now, q.ID)
+		}
 	}
 	done := func(q *vllmemu.VirtualRequest) {
 		e := engineOf[q.ID]
