@@ -31,6 +31,7 @@ var subcommands = []subcommand{
 	{"demo", "start emulated vLLM replicas and kvroute, compare kvroute with round-robin: demo [--bin DIR]", runDemo},
 	{"run", "the routing-quality benchmark on an in-process fleet: run [--out DIR] [flags]", runBench},
 	{"sim", "replay a Mooncake trace on a simulated fleet in virtual time: sim --trace FILE [--engines N] [--out DIR] [--policies LIST] [--kv-blocks N]", runSim},
+	{"suite", "the routing suite: traces and workload families × gateways × seeds × loads, goals met or missed: suite [--quick] [--out DIR]", runSuite},
 }
 
 // errUsage marks an error already explained to the user by a flag set.
