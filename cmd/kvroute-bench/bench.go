@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/fleetsim"
 	"github.com/kvroute/kvroute/internal/routebench"
 )
 
@@ -20,8 +21,8 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.err)
 	out := fs.String("out", "bench-results", "directory for results.md and the SVG charts")
-	workloads := fs.String("workloads", "shared-prefix,multi-turn,no-sharing", "workloads to run, comma-separated ("+strings.Join(routebench.Kinds, ", ")+")")
-	policies := fs.String("policies", strings.Join(routebench.AllPolicies, ","), "policies to compare, comma-separated; besides these, kvroute-tokens-b (with --routing-b) and kvroute-tokens-peers (the --gateways kvroutes joined in the peer mesh)")
+	workloads := fs.String("workloads", "shared-prefix,multi-turn,no-sharing", "workloads to run, comma-separated ("+strings.Join(routebench.Kinds, ", ")+", and trace with --trace)")
+	policies := fs.String("policies", strings.Join(routebench.AllPolicies, ","), "policies to compare, comma-separated; besides these, kvroute-tokens-b (with --routing-b), kvroute-tokens-peers (the --gateways kvroutes joined in the peer mesh), and the anchors' llm-d-sticky and dynamo-kv (reading the engines' caches)")
 	rates := fs.String("rates", joinFloats(o.Rates), "request rates (req/s, Poisson), comma-separated")
 	fs.StringVar(&o.TokenizerDir, "tokenizer", o.TokenizerDir, "tokenizer directory of the emulated model")
 	fs.IntVar(&o.Replicas, "replicas", o.Replicas, "emulated vLLM replicas")
@@ -57,8 +58,31 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	fs.Float64Var(&o.RestartAt, "restart-at", o.RestartAt, "churn: restart at this fraction of the phase")
 	fs.Float64Var(&o.JoinAt, "join-at", o.JoinAt, "churn: the extra replica joins at this fraction of the phase")
 	maxTokens := fs.Int("max-tokens", shared.MaxTokens, "output tokens per request")
+	trace := fs.String("trace", "", "Mooncake-format JSONL trace for the trace workload (selected by default when given): its requests from --trace-from on, arrivals sped to each rate, every 512-token block as --trace-block-words words of text")
+	traceFrom := fs.Int("trace-from", 0, "trace: the first request replayed")
+	blockWords := fs.Int("trace-block-words", 8, "trace: words of text per 512-token block of the trace (scales the trace to the emulated fleet)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	if *trace != "" {
+		recs, err := fleetsim.ReadTrace(*trace)
+		if err != nil {
+			return err
+		}
+		if *traceFrom < 0 || *traceFrom >= len(recs) || *blockWords < 1 {
+			return fmt.Errorf("--trace-from must be within 0..%d, --trace-block-words at least 1", len(recs)-1)
+		}
+		tr := &routebench.TraceReplay{BlockWords: *blockWords}
+		for _, r := range recs[*traceFrom:] {
+			tr.At = append(tr.At, time.Duration(r.Timestamp)*time.Millisecond)
+			tr.Blocks = append(tr.Blocks, r.HashIDs)
+		}
+		o.Workloads = append(o.Workloads, routebench.WorkloadParams{Kind: routebench.Trace, Trace: tr, Seed: 7})
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "workloads" })
+		if !set {
+			*workloads = routebench.Trace
+		}
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()

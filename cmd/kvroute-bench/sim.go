@@ -20,7 +20,10 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	out := fs.String("out", "sim-results", "directory for results.json, results.md and results.svg")
 	policies := fs.String("policies", strings.Join(fleetsim.AllPolicies, ","), "policies to compare, comma-separated")
 	limit := fs.Int("requests", 0, "replay only the first N requests (0 = all)")
+	from := fs.Int("from", 0, "skip the trace's first N requests (arrivals then count from the first replayed)")
+	blockTokens := fs.Int("block-tokens", 0, "scale the trace: every 512-token block becomes this many tokens (0: as recorded), to mirror `kvroute-bench run --trace` on a small fleet")
 	speedup := fs.Float64("speedup", 1, "divide the trace's arrival times by this (2 = twice the request rate)")
+	rate := fs.Float64("rate", 0, "instead of --speedup: speed the replayed requests' arrivals to this mean rate (req/s), as `kvroute-bench run --trace --rates` does")
 	fs.IntVar(&o.Engines, "engines", o.Engines, "simulated vLLM engines")
 	fs.IntVar(&o.KVBlocks, "kv-blocks", o.KVBlocks, "KV-cache blocks per engine (the default makes the trace's working set exceed the fleet)")
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block (engines and kvroute)")
@@ -36,7 +39,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	fs.BoolVar(&o.Peers, "peers", false, "join the --gateways kvroute instances in the peer mesh (config peers): each books the requests the others route")
 	spread := fs.Duration("spread", 0, "spread each request's arrival uniformly over this window after its recorded time (Mooncake's trace records 3 s buckets: 3s spreads them), seeded by --seed")
 	fs.DurationVar(&o.PeerDelay, "peer-delay", 0, "with --peers: how late the mesh's messages reach the other instances")
-	fs.IntVar(&o.StickyThreshold, "sticky-threshold", o.StickyThreshold, "llm-d-sticky's saturation point: the token load (prompt tokens still to prefill) at which a cache holder stops being preferred")
+	fs.DurationVar(&o.StickySaturation, "sticky-saturation", o.StickySaturation, "llm-d-sticky's saturation point as prefill time: an engine whose token load takes this long to prefill stops attracting requests by its cache")
 	fs.Float64Var(&o.DynamoWeight, "dynamo-weight", o.DynamoWeight, "dynamo-kv's overlap_score_weight (prefill blocks' weight against decode blocks)")
 	fs.Float64Var(&o.DynamoTemperature, "dynamo-temperature", o.DynamoTemperature, "dynamo-kv's router_temperature (0: least cost; above: softmax sampling)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of every random choice in the run (the random policy, kvroute's tie-breaks among equal costs)")
@@ -53,14 +56,23 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
+	if *from < 0 || *from >= len(recs) || *blockTokens < 0 {
+		return fmt.Errorf("--from must be within 0..%d, --block-tokens at least 0", len(recs)-1)
+	}
+	recs = fleetsim.TraceWindow(recs[*from:], len(recs)-*from, 1)
 	recs = fleetsim.SpreadArrivals(recs, *spread, o.Seed)
 	if *limit > 0 && *limit < len(recs) {
 		recs = recs[:*limit]
 	}
+	if *rate > 0 && len(recs) > 1 {
+		if span := float64(recs[len(recs)-1].Timestamp-recs[0].Timestamp) / 1000; span > 0 {
+			*speedup = *rate * span / float64(len(recs)-1)
+		}
+	}
 	if !*quiet {
 		o.Progress = io.err
 	}
-	src := &fleetsim.TraceSource{Records: recs, Speedup: *speedup}
+	src := &fleetsim.TraceSource{Records: recs, Speedup: *speedup, BlockTokens: *blockTokens}
 	start := time.Now()
 	var rep *fleetsim.Report
 	done := make(chan error, 1)

@@ -1,11 +1,11 @@
 package fleetsim
 
 import (
-	"math"
 	"math/rand/v2"
 	"time"
 
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/routebench"
 	"github.com/kvroute/kvroute/internal/vllmemu"
 )
 
@@ -26,7 +26,7 @@ type anchorBooks struct {
 	matches []index.Match
 	flights map[int]flight
 	counts  map[string]int
-	ties    int
+	ties    int // rotates where equal costs start
 }
 
 type flight struct {
@@ -82,32 +82,11 @@ func (*anchorBooks) scrape(time.Time, []vllmemu.Stats) {}
 
 func (b *anchorBooks) decisions() map[string]int { return b.counts }
 
-// argmin returns the engine of least cost among those ok allows (all when
-// ok is nil), scanning from a rotating start so that equal costs spread.
-func (b *anchorBooks) argmin(n int, ok func(int) bool, cost func(int) float64) int {
-	b.ties++
-	best, bestCost := -1, 0.0
-	for k := range n {
-		i := (b.ties + k) % n
-		if ok != nil && !ok(i) {
-			continue
-		}
-		if c := cost(i); best < 0 || c < bestCost {
-			best, bestCost = i, c
-		}
-	}
-	return best
-}
-
-// stickyPicker is llm-d's "sticky until saturated" default (llm-d blog,
-// "Sticky Until Saturated: Token-Aware Routing in llm-d"): a prefix-cache
-// affinity filter keeps the engines holding the longest cached prefix of
-// the prompt, a token-load scorer picks the least loaded among them, and
-// when every one of them carries at least Threshold tokens of load the
-// affinity is released: the request goes to the least token-loaded engine
-// of the fleet. Token load is the prompt tokens still to be computed of the
-// requests this gateway has in flight to the engine (the prefill-bound
-// signal the blog recommends).
+// stickyPicker is llm-d's "sticky until saturated" default
+// (routebench.StickyChoice) on kvroute's index. Token load is the prompt
+// tokens still to be computed of the requests this gateway has in flight
+// to the engine (the prefill-bound signal llm-d recommends); the threshold
+// is Options.StickySaturation of prefill at the engines' speed.
 type stickyPicker struct {
 	*anchorBooks
 	threshold int
@@ -119,7 +98,7 @@ func newSticky(engines int, o Options) (*stickyPicker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &stickyPicker{anchorBooks: b, threshold: o.StickyThreshold, load: make([]int, engines)}, nil
+	return &stickyPicker{anchorBooks: b, threshold: routebench.StickyThreshold(o.StickySaturation, o.Prefill), load: make([]int, engines)}, nil
 }
 
 func (p *stickyPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
@@ -136,23 +115,10 @@ func (p *stickyPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, 
 
 // choose is the decision on p.cached and p.load.
 func (p *stickyPicker) choose() int {
-	n := len(p.load)
-	best := 0
-	for _, c := range p.cached {
-		best = max(best, c)
-	}
-	byLoad := func(i int) float64 { return float64(p.load[i]) }
-	if best > 0 {
-		affine := func(i int) bool { return p.cached[i] == best && p.load[i] < p.threshold }
-		if e := p.argmin(n, affine, byLoad); e >= 0 {
-			p.counts["sticky"]++
-			return e
-		}
-		p.counts["saturated"]++
-	} else {
-		p.counts["no-prefix"]++
-	}
-	return p.argmin(n, nil, byLoad)
+	p.ties++
+	e, why := routebench.StickyChoice(p.cached, p.load, nil, p.threshold, p.ties)
+	p.counts[why]++
+	return e
 }
 
 func (p *stickyPicker) done(now time.Time, id int) {
@@ -173,14 +139,9 @@ func (p *stickyPicker) release(id int) {
 	}
 }
 
-// dynamoPicker is Dynamo's KV router (docs.nvidia.com/dynamo, router
-// "Routing Concepts" and "Configuration and Tuning"): per worker, prefill
-// blocks = the prompt's blocks the worker does not hold + the prompt tokens
-// of requests routed there still prefilling, in blocks; decode blocks = the
-// blocks of the requests active there plus this one's new blocks; cost =
-// Weight × prefill blocks + decode blocks. Temperature 0 takes the least
-// cost; above 0 a worker is drawn with probability ∝ exp(−c/Temperature),
-// c its cost scaled to 0..1 over the workers.
+// dynamoPicker is Dynamo's KV router (routebench.DynamoCosts and
+// DynamoPick) on kvroute's index, with this gateway's books of the prompt
+// tokens still prefilling and the blocks active per engine.
 type dynamoPicker struct {
 	*anchorBooks
 	weight, temperature float64
@@ -216,38 +177,13 @@ func (p *dynamoPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, 
 // choose is the decision for a prompt of n tokens on p.cached, p.prefill
 // and p.active.
 func (p *dynamoPicker) choose(n int) int {
-	bs := float64(p.x.blockSize)
-	promptBlocks := math.Ceil(float64(n) / bs)
-	for i := range p.costs {
-		newBlocks := max(promptBlocks-float64(p.cached[i]), 0)
-		prefillBlocks := newBlocks + float64(p.prefill[i])/bs
-		decodeBlocks := float64(p.active[i]) + newBlocks
-		p.costs[i] = p.weight*prefillBlocks + decodeBlocks
+	routebench.DynamoCosts(p.costs, n, p.x.blockSize, p.cached, p.prefill, p.active, p.weight)
+	u := 0.0
+	if p.temperature > 0 {
+		u = p.rng.Float64()
 	}
-	if p.temperature <= 0 {
-		return p.argmin(len(p.costs), nil, func(i int) float64 { return p.costs[i] })
-	}
-	lo, hi := p.costs[0], p.costs[0]
-	for _, c := range p.costs {
-		lo, hi = min(lo, c), max(hi, c)
-	}
-	sum := 0.0
-	for i, c := range p.costs {
-		scaled := 0.0
-		if hi > lo {
-			scaled = (c - lo) / (hi - lo)
-		}
-		p.probs[i] = math.Exp(-scaled / p.temperature)
-		sum += p.probs[i]
-	}
-	r := p.rng.Float64() * sum
-	for i, w := range p.probs {
-		if r < w {
-			return i
-		}
-		r -= w
-	}
-	return len(p.probs) - 1
+	p.ties++
+	return routebench.DynamoPick(p.costs, p.probs, p.temperature, u, p.ties)
 }
 
 func (p *dynamoPicker) done(now time.Time, id int) {

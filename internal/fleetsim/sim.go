@@ -64,10 +64,11 @@ type Options struct {
 	PeerDelay time.Duration
 	// IndexTTL is kvroute's index.ttl; 0 keeps its default.
 	IndexTTL time.Duration
-	// StickyThreshold is llm-d-sticky's saturation point: the token load
-	// (prompt tokens still to prefill of the requests a gateway has in
-	// flight to an engine) at which it stops preferring cache holders.
-	StickyThreshold int
+	// StickySaturation is llm-d-sticky's saturation point as prefill time:
+	// an engine whose token load (prompt tokens still to prefill of the
+	// requests a gateway has in flight to it) takes this long at Prefill
+	// per token no longer attracts requests by its cache.
+	StickySaturation time.Duration
 	// DynamoWeight and DynamoTemperature are dynamo-kv's
 	// overlap_score_weight and router_temperature.
 	DynamoWeight, DynamoTemperature float64
@@ -89,14 +90,9 @@ func DefaultOptions() Options {
 		Engines: 16, KVBlocks: 8192, BlockSize: 64, MaxNumSeqs: 64, MaxNumBatchedTokens: 2048,
 		MaxModelLen: 131072, Prefill: 50 * time.Microsecond, Decode: 5 * time.Millisecond,
 		ScrapeInterval: time.Second, Seed: 1, ProgressEvery: 1000, Gateways: 1,
-		StickyThreshold: DefaultStickyThreshold, DynamoWeight: 1,
+		StickySaturation: routebench.DefaultStickySaturation, DynamoWeight: 1,
 	}
 }
-
-// DefaultStickyThreshold is llm-d-sticky's saturation point on the default
-// fleet, calibrated by a sweep on the routing suite (docs/BENCHMARKS.md,
-// Routing suite).
-const DefaultStickyThreshold = 32768
 
 // Result is one policy's run.
 type Result struct {

@@ -127,8 +127,13 @@ type Source interface {
 type TraceSource struct {
 	Records []Record
 	Speedup float64
-	seen    map[int64]bool
-	ideal   []int
+	// BlockTokens, when set, scales the trace: every hash id becomes a
+	// block of this many tokens and a prompt is its ids' whole blocks
+	// (input_length is then ignored), as the real-socket benchmark's trace
+	// workload spells every block as a few words.
+	BlockTokens int
+	seen        map[int64]bool
+	ideal       []int
 }
 
 // Len implements Source.
@@ -146,11 +151,26 @@ func (t *TraceSource) At(i int) time.Duration {
 // Prompt implements Source.
 func (t *TraceSource) Prompt(i int) ([]int, int) {
 	r := &t.Records[i]
+	if t.BlockTokens > 0 {
+		out := make([]int, 0, len(r.HashIDs)*t.BlockTokens)
+		for _, h := range r.HashIDs {
+			out = appendBlock(out, h, t.BlockTokens)
+		}
+		return out, max(r.OutputLength, 1)
+	}
 	out := make([]int, 0, r.InputLength)
 	for _, h := range r.HashIDs {
 		out = appendBlock(out, h, min(TraceBlockTokens, r.InputLength-len(out)))
 	}
 	return out, max(r.OutputLength, 1)
+}
+
+// promptLen is request i's prompt tokens.
+func (t *TraceSource) promptLen(i int) int {
+	if t.BlockTokens > 0 {
+		return len(t.Records[i].HashIDs) * t.BlockTokens
+	}
+	return t.Records[i].InputLength
 }
 
 // IdealHit implements Source: the leading run of hash ids seen in earlier
@@ -168,13 +188,17 @@ func (t *TraceSource) IdealHit(i, blockSize int) int {
 				}
 				run++
 			}
-			t.ideal[j] = min(run*TraceBlockTokens, r.InputLength)
+			bt := TraceBlockTokens
+			if t.BlockTokens > 0 {
+				bt = t.BlockTokens
+			}
+			t.ideal[j] = min(run*bt, t.promptLen(j))
 			for _, h := range r.HashIDs {
 				t.seen[h] = true
 			}
 		}
 	}
-	return min(t.ideal[i], (t.Records[i].InputLength-1)/blockSize*blockSize)
+	return min(t.ideal[i], (t.promptLen(i)-1)/blockSize*blockSize)
 }
 
 // vocab bounds synthetic token ids (a Qwen-sized vocabulary, so ids look

@@ -41,10 +41,16 @@ const (
 	// joined in the peer mesh (config peers): each books the requests the
 	// others route. The same as kvroute-tokens behind one gateway.
 	PolicyKVRouteTokensPeers = "kvroute-tokens-peers"
+	// PolicyLLMDSticky is llm-d's "sticky until saturated" default and
+	// PolicyDynamoKV Dynamo's KV router (anchors.go), both reading the
+	// engines' caches.
+	PolicyLLMDSticky = "llm-d-sticky"
+	PolicyDynamoKV   = "dynamo-kv"
 )
 
-// extraPolicies run only when named: they are variants of kvroute-tokens.
-var extraPolicies = []string{PolicyKVRouteTokensB, PolicyKVRouteTokensPeers}
+// extraPolicies run only when named: variants of kvroute-tokens and the
+// anchors' policies.
+var extraPolicies = []string{PolicyKVRouteTokensB, PolicyKVRouteTokensPeers, PolicyLLMDSticky, PolicyDynamoKV}
 
 // AllPolicies is every policy, in report order.
 var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix,
@@ -154,6 +160,11 @@ func Describe(w WorkloadParams) string {
 		s = fmt.Sprintf("%d documents × %d words, Zipf exponent %g, %d-word questions", w.Groups, w.PrefixWords, w.ZipfS, w.QuestionWords)
 	case Tenants:
 		s = fmt.Sprintf("%d documents × %d words, each request under one of %d cache_salt tenants or %d LoRA adapters, %d-word questions", w.Groups, w.PrefixWords, w.Tenants, w.Adapters, w.QuestionWords)
+	case Trace:
+		s = "a recorded trace's requests at its arrival pattern sped to the rate"
+		if w.Trace != nil {
+			s = fmt.Sprintf("%d requests of a recorded trace at its arrival pattern sped to the rate, each 512-token block as %d words", min(w.Requests, len(w.Trace.At)), w.Trace.BlockWords)
+		}
 	}
 	return fmt.Sprintf("%s (%s; %d output tokens; seed %d)", w.Kind, s, w.MaxTokens, w.Seed)
 }
@@ -340,6 +351,13 @@ func newPolicy(fleet *EmuFleet, o BenchOptions, policy string, w WorkloadParams)
 		return NewApproxPrefix(o.LoadWeight)
 	case PolicyGreedy:
 		return fleet.Greedy(o.LoadWeight)
+	case PolicyLLMDSticky, PolicyDynamoKV:
+		g := fleet.Greedy(o.LoadWeight)
+		x := exactCache{Encode: g.Encode, CachedTokens: g.CachedTokens, BlockSize: o.BlockSize}
+		if policy == PolicyLLMDSticky {
+			return &LLMDSticky{exactCache: x, Threshold: StickyThreshold(DefaultStickySaturation, o.Prefill)}
+		}
+		return &DynamoKV{exactCache: x, Weight: 1, Seed: w.Seed}
 	}
 	return nil
 }

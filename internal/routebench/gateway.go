@@ -66,8 +66,15 @@ func (g *PolicyGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			view.Down[i] = g.Down(i)
 		}
 	}
-	i := g.policy.Pick(PickRequest{Model: fields.Model, CacheSalt: fields.CacheSalt, Prompt: fields.Prompt,
-		Messages: fields.Messages, Body: body}, view)
+	pr := PickRequest{Model: fields.Model, CacheSalt: fields.CacheSalt, Prompt: fields.Prompt, Messages: fields.Messages, Body: body}
+	var i int
+	if t, ok := g.policy.(Tracker); ok {
+		var end func()
+		i, end = t.Begin(pr, view)
+		defer end()
+	} else {
+		i = g.policy.Pick(pr, view)
+	}
 	g.mu.Lock()
 	g.inFlight[i]++
 	g.served[i]++

@@ -34,6 +34,11 @@ const (
 	// Adapters LoRA adapter names: the same text, different KV (vLLM puts the
 	// salt in block 0's hash and the adapter name in every block's).
 	Tenants = "tenants"
+	// Trace: a recorded trace's requests (WorkloadParams.Trace) at their
+	// recorded arrival pattern, sped up to Rate; every 512-token block of
+	// the trace becomes its own BlockWords words of text (equal ids, equal
+	// text), so requests share exactly the prefixes they share in the trace.
+	Trace = "trace"
 )
 
 // Kinds lists every workload kind, in report order.
@@ -58,6 +63,15 @@ type WorkloadParams struct {
 	// Tenants cache_salt values or Adapters LoRA adapters, uniformly.
 	Tenants  int
 	Adapters int
+	// Trace is the trace workload's requests.
+	Trace *TraceReplay
+}
+
+// TraceReplay is a recorded trace cut for the real-socket benchmark.
+type TraceReplay struct {
+	At         []time.Duration // arrivals as recorded, from the first
+	Blocks     [][]int64       // each request's hash ids
+	BlockWords int             // words of text per hash id
 }
 
 // AdapterName is the LoRA adapter name of adapter i, as the emulated engines
@@ -178,6 +192,30 @@ func Generate(p WorkloadParams) ([]Request, error) {
 			// One session per (document, KV namespace): what can share blocks.
 			r.Session = g*(p.Tenants+p.Adapters) + v
 			out = append(out, r)
+		}
+	case Trace:
+		t := p.Trace
+		if t == nil || len(t.At) == 0 || len(t.At) != len(t.Blocks) || t.BlockWords < 1 {
+			return nil, fmt.Errorf("routebench: trace needs requests and words per block")
+		}
+		n := min(p.Requests, len(t.At))
+		// Speed the recorded arrivals up (or down) to a mean of Rate: scale
+		// is the recorded mean rate over Rate.
+		scale := 1.0
+		if span := (t.At[n-1] - t.At[0]).Seconds(); span > 0 && n > 1 {
+			scale = float64(n-1) / span / p.Rate
+		}
+		texts := map[int64]string{}
+		for i := range n {
+			parts := make([]string, len(t.Blocks[i]))
+			for j, h := range t.Blocks[i] {
+				if _, ok := texts[h]; !ok {
+					texts[h] = words(rand.New(rand.NewPCG(uint64(h), 0x626c6f636b)), t.BlockWords)
+				}
+				parts[j] = texts[h]
+			}
+			at := time.Duration(float64(t.At[i]-t.At[0]) * scale)
+			out = append(out, Request{At: at, Session: i, Prompt: strings.Join(parts, " "), MaxTokens: p.MaxTokens})
 		}
 	default:
 		return nil, fmt.Errorf("routebench: unknown workload %q (want one of %s)", p.Kind, strings.Join(Kinds, ", "))
