@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      ?= ./...
 
-.PHONY: all build test lint tools vet testdata kube-apiserver bench bench-routing fuzz demo run clean
+.PHONY: all build test lint tools vet testdata kube-apiserver bench bench-routing bench-suite bench-suite-quick fuzz demo run clean
 
 all: build
 
@@ -90,6 +90,17 @@ bench-routing: build testdata
 	$(BIN)/kvroute-bench run --out $(BENCH_OUT)/eviction-3-gateways --workloads eviction --gateways 3 --rates 20 --phase-duration 60s --policies round-robin,approx-prefix,kvroute-tokens
 	$(BIN)/kvroute-bench run --out $(BENCH_OUT)/churn --workloads shared-prefix --churn --rates 20 --phase-duration 20s --policies round-robin,approx-prefix,kvroute-tokens,kvroute-engine
 	$(BIN)/kvroute-bench run --out $(BENCH_OUT)/mixed --workloads shared-prefix,multi-turn,chat,tenants --rates 8,20,40 --policies $(BENCH_POLICIES)
+
+# bench-suite is the routing suite (docs/BENCHMARKS.md, Routing suite): every
+# trace in testdata/traces and the generated workload families × 1, 3, 8
+# gateways (± the peer mesh) × 3 seeds × 1×, 2× load, in virtual time, with
+# the goals met or missed (≤ 30 minutes on 2 cores); bench-suite-quick is
+# its 2–3 minute tuning subset.
+SUITE_OUT ?= suite-results
+bench-suite: build
+	$(BIN)/kvroute-bench suite --out $(SUITE_OUT)
+bench-suite-quick: build
+	$(BIN)/kvroute-bench suite --quick --out $(SUITE_OUT)-quick
 
 clean:
 	rm -rf $(BIN) .cache

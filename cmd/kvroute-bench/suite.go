@@ -14,8 +14,8 @@ import (
 
 const suiteUsage = `usage: kvroute-bench suite [--quick] [--out DIR] [flags]
 
-The routing suite: every Mooncake-format trace in --traces (a window of
-at most --trace-requests requests each) and every generated workload family, at
+The routing suite: every Mooncake-format trace in --traces (whole up to
+--trace-whole requests, else a window of --trace-requests) and every generated workload family, at
 --gateways gateways (with and without kvroute's peer mesh), --seeds seeds
 and --loads loads, on the simulated fleet in virtual time. Each cell
 compares round-robin, approx-prefix, llm-d-sticky, dynamo-kv and kvroute
@@ -43,7 +43,8 @@ func runSuite(ctx context.Context, args []string, io stdio) error {
 	quick := fs.Bool("quick", false, "the 2–3 minute tuning subset (see above)")
 	out := fs.String("out", "suite-results", "directory for the cells and the summary")
 	traces := fs.String("traces", filepath.Join("testdata", "traces"), "directory of Mooncake-format *.jsonl traces")
-	window := fs.Int("trace-requests", 4000, "a trace longer than this is cut to a window of this many requests, which the seed places; a shorter one is replayed whole")
+	whole := fs.Int("trace-whole", 4000, "a trace of at most this many requests is replayed whole (each seed spreads arrivals over 1 s)")
+	window := fs.Int("trace-requests", 2000, "a longer trace is cut to a window of this many requests, which the seed places")
 	workloads := fs.String("workloads", "", "only these workloads, comma-separated (trace names without _trace.jsonl, family names)")
 	gateways := fs.String("gateways", "1,3,8", "gateway counts of the grid")
 	noMesh := fs.Bool("no-mesh", false, "skip the peer-mesh cells")
@@ -52,7 +53,7 @@ func runSuite(ctx context.Context, args []string, io stdio) error {
 	policies := fs.String("policies", strings.Join(fleetsim.SuitePolicies, ","), "policies to compare (kvroute must be one for the goals)")
 	curve := fs.String("curve", "1,2,4,8", "gateway counts of the gateway curve on the synthetic trace (\"\": none)")
 	jobs := fs.Int("jobs", 2, "cells simulated in parallel (one core each)")
-	fs.IntVar(&o.StickyThreshold, "sticky-threshold", o.StickyThreshold, "llm-d-sticky's saturation point in tokens")
+	fs.DurationVar(&o.StickySaturation, "sticky-saturation", o.StickySaturation, "llm-d-sticky's saturation point as prefill time: an engine whose token load takes this long to prefill stops attracting requests by its cache")
 	fs.Float64Var(&o.DynamoWeight, "dynamo-weight", o.DynamoWeight, "dynamo-kv's overlap_score_weight")
 	fs.Float64Var(&o.DynamoTemperature, "dynamo-temperature", o.DynamoTemperature, "dynamo-kv's router_temperature")
 	fs.StringVar(&o.RoutingYAML, "routing", "", `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}"`)
@@ -84,7 +85,7 @@ func runSuite(ctx context.Context, args []string, io stdio) error {
 		fs.Usage()
 		return errUsage
 	}
-	ws, err := fleetsim.TraceWorkloads(*traces, *window)
+	ws, err := fleetsim.TraceWorkloads(*traces, *whole, *window)
 	if err != nil {
 		return err
 	}

@@ -49,11 +49,11 @@ type SuiteOptions struct {
 }
 
 // TraceWorkloads reads every *.jsonl trace in dir and returns one workload
-// each. A trace of at most window requests is replayed whole, each seed
+// each. A trace of at most whole requests is replayed whole, each seed
 // spreading its arrivals over a second after their recorded time
 // (SpreadArrivals); a longer one is cut to a window of window requests
 // whose start the seed chooses (TraceWindow).
-func TraceWorkloads(dir string, window int) ([]SuiteWorkload, error) {
+func TraceWorkloads(dir string, whole, window int) ([]SuiteWorkload, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
 		return nil, err
@@ -67,7 +67,7 @@ func TraceWorkloads(dir string, window int) ([]SuiteWorkload, error) {
 		}
 		name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(p), ".jsonl"), "_trace")
 		w := SuiteWorkload{Name: name, Trace: true}
-		if window <= 0 || len(recs) <= window {
+		if len(recs) <= whole || window <= 0 || len(recs) <= window {
 			w.Describe = fmt.Sprintf("recorded trace %s, all %d requests; each seed spreads arrivals over 1 s after their recorded time", filepath.Base(p), len(recs))
 			w.records = func(seed uint64) ([]Record, error) { return SpreadArrivals(recs, time.Second, seed), nil }
 		} else {

@@ -33,7 +33,7 @@ func tinySuite(t *testing.T) SuiteOptions {
 	if err := os.WriteFile(filepath.Join(dir, "tiny_trace.jsonl"), []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := TraceWorkloads(dir, 20)
+	ws, err := TraceWorkloads(dir, 0, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
