@@ -23,6 +23,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	from := fs.Int("from", 0, "skip the trace's first N requests (arrivals then count from the first replayed)")
 	blockTokens := fs.Int("block-tokens", 0, "scale the trace: every 512-token block becomes this many tokens (0: as recorded), to mirror `kvroute-bench run --trace` on a small fleet")
 	speedup := fs.Float64("speedup", 1, "divide the trace's arrival times by this (2 = twice the request rate)")
+	maxTokens := fs.Int("max-tokens", 0, "output tokens of every request (0: the trace's output_length)")
 	rate := fs.Float64("rate", 0, "instead of --speedup: speed the replayed requests' arrivals to this mean rate (req/s), as `kvroute-bench run --trace --rates` does")
 	fs.IntVar(&o.Engines, "engines", o.Engines, "simulated vLLM engines")
 	fs.IntVar(&o.KVBlocks, "kv-blocks", o.KVBlocks, "KV-cache blocks per engine (the default makes the trace's working set exceed the fleet)")
@@ -72,7 +73,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	if !*quiet {
 		o.Progress = io.err
 	}
-	src := &fleetsim.TraceSource{Records: recs, Speedup: *speedup, BlockTokens: *blockTokens}
+	src := &fleetsim.TraceSource{Records: recs, Speedup: *speedup, BlockTokens: *blockTokens, MaxTokens: *maxTokens}
 	start := time.Now()
 	var rep *fleetsim.Report
 	done := make(chan error, 1)

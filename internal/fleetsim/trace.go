@@ -132,8 +132,10 @@ type TraceSource struct {
 	// (input_length is then ignored), as the real-socket benchmark's trace
 	// workload spells every block as a few words.
 	BlockTokens int
-	seen        map[int64]bool
-	ideal       []int
+	// MaxTokens, when set, replaces every request's output length.
+	MaxTokens int
+	seen      map[int64]bool
+	ideal     []int
 }
 
 // Len implements Source.
@@ -151,18 +153,22 @@ func (t *TraceSource) At(i int) time.Duration {
 // Prompt implements Source.
 func (t *TraceSource) Prompt(i int) ([]int, int) {
 	r := &t.Records[i]
+	maxTokens := max(r.OutputLength, 1)
+	if t.MaxTokens > 0 {
+		maxTokens = t.MaxTokens
+	}
 	if t.BlockTokens > 0 {
 		out := make([]int, 0, len(r.HashIDs)*t.BlockTokens)
 		for _, h := range r.HashIDs {
 			out = appendBlock(out, h, t.BlockTokens)
 		}
-		return out, max(r.OutputLength, 1)
+		return out, maxTokens
 	}
 	out := make([]int, 0, r.InputLength)
 	for _, h := range r.HashIDs {
 		out = appendBlock(out, h, min(TraceBlockTokens, r.InputLength-len(out)))
 	}
-	return out, max(r.OutputLength, 1)
+	return out, maxTokens
 }
 
 // promptLen is request i's prompt tokens.
