@@ -17,10 +17,12 @@ import (
 
 // anchorBooks is one gateway instance's view of its own requests in
 // flight: which engine, how many prompt tokens it must prefill there, how
-// many blocks it holds.
+// many blocks it holds. Instances of one policy share one exactIndex: every
+// instance would build the same one from the same KV events (the anchors
+// only read it), so one applies the events for all.
 type anchorBooks struct {
 	x       *exactIndex
-	now     time.Time
+	applies bool // this instance applies the KV events to x
 	cached  []int
 	keys    []index.BlockKey
 	matches []index.Match
@@ -36,14 +38,24 @@ type flight struct {
 	prefilling bool // no first token yet
 }
 
-func newAnchorBooks(engines int, o Options) (*anchorBooks, error) {
-	x, _, err := newExactIndex(engines, o)
-	if err != nil {
-		return nil, err
+// newAnchorBooks returns an instance's books over x (nil: its own index).
+func newAnchorBooks(engines int, o Options, x *exactIndex) (*anchorBooks, error) {
+	applies := x == nil
+	if x == nil {
+		var err error
+		if x, _, err = newExactIndex(engines, o); err != nil {
+			return nil, err
+		}
 	}
-	b := &anchorBooks{x: x, now: epoch, cached: make([]int, engines), flights: map[int]flight{}, counts: map[string]int{}}
-	x.clock = func() time.Time { return b.now }
-	return b, nil
+	x.clock = func() time.Time { return x.now }
+	return &anchorBooks{x: x, applies: applies, cached: make([]int, engines), flights: map[int]flight{}, counts: map[string]int{}}, nil
+}
+
+// at sets the shared index's virtual time.
+func (b *anchorBooks) at(now time.Time) {
+	if now.After(b.x.now) {
+		b.x.now = now
+	}
 }
 
 // lookup fills b.cached (blocks per engine) and returns the prompt's
@@ -61,12 +73,12 @@ func (b *anchorBooks) begin(id, e, tokens, blocks int) {
 }
 
 func (b *anchorBooks) done(now time.Time, id int) {
-	b.now = now
+	b.at(now)
 	delete(b.flights, id)
 }
 
 func (b *anchorBooks) prefilled(now time.Time, id int) {
-	b.now = now
+	b.at(now)
 	if f, ok := b.flights[id]; ok {
 		f.prefilling = false
 		b.flights[id] = f
@@ -74,7 +86,10 @@ func (b *anchorBooks) prefilled(now time.Time, id int) {
 }
 
 func (b *anchorBooks) events(now time.Time, e int, payload []byte) error {
-	b.now = now
+	b.at(now)
+	if !b.applies {
+		return nil
+	}
 	return b.x.appliers[e].Apply(payload)
 }
 
@@ -93,8 +108,8 @@ type stickyPicker struct {
 	load      []int
 }
 
-func newSticky(engines int, o Options) (*stickyPicker, error) {
-	b, err := newAnchorBooks(engines, o)
+func newSticky(engines int, o Options, x *exactIndex) (*stickyPicker, error) {
+	b, err := newAnchorBooks(engines, o, x)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +117,7 @@ func newSticky(engines int, o Options) (*stickyPicker, error) {
 }
 
 func (p *stickyPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
-	p.now = now
+	p.at(now)
 	blocks, err := p.lookup(tokens)
 	if err != nil {
 		return 0, err
@@ -150,8 +165,8 @@ type dynamoPicker struct {
 	costs, probs        []float64
 }
 
-func newDynamo(engines int, o Options) (*dynamoPicker, error) {
-	b, err := newAnchorBooks(engines, o)
+func newDynamo(engines int, o Options, x *exactIndex) (*dynamoPicker, error) {
+	b, err := newAnchorBooks(engines, o, x)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +176,7 @@ func newDynamo(engines int, o Options) (*dynamoPicker, error) {
 }
 
 func (p *dynamoPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, error) {
-	p.now = now
+	p.at(now)
 	blocks, err := p.lookup(tokens)
 	if err != nil {
 		return 0, err

@@ -23,8 +23,9 @@ type exactIndex struct {
 	keys      *blockhash.PoolKeys
 	blockSize int
 	// clock is the virtual time the index and appliers read (set by the
-	// owner before it routes or applies).
+	// owner before it routes or applies); the anchors keep it in now.
 	clock func() time.Time
+	now   time.Time
 }
 
 func newExactIndex(engines int, o Options) (*exactIndex, *config.Config, error) {
@@ -32,7 +33,7 @@ func newExactIndex(engines int, o Options) (*exactIndex, *config.Config, error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("kvroute config: %w", err)
 	}
-	x := &exactIndex{clock: func() time.Time { return epoch }}
+	x := &exactIndex{clock: func() time.Time { return epoch }, now: epoch}
 	now := func() time.Time { return x.clock() }
 	x.ix = index.New(index.Options{
 		TTL: cfg.Index.TTL.Std(), MaxEntries: cfg.Index.MaxEntries, CPUTierWeight: cfg.Index.CPUTierWeight,

@@ -17,10 +17,18 @@ import (
 func newPicker(policy string, engines int, o Options) (picker, error) {
 	if o.Gateways > 1 && policy != policyPooled {
 		m := &multiPicker{of: map[int]int{}, inFlight: make([][]int, o.Gateways)}
+		var shared *exactIndex // the anchors' instances read one index
+		if policy == PolicyLLMDSticky || policy == PolicyDynamoKV {
+			x, _, err := newExactIndex(engines, o)
+			if err != nil {
+				return nil, err
+			}
+			shared = x
+		}
 		for g := range o.Gateways {
 			og := o
 			og.Seed = o.Seed + uint64(g) // each instance its own random choices
-			p, err := newPicker1(policy, engines, og)
+			p, err := newPicker1(policy, engines, og, shared, g == 0)
 			if err != nil {
 				return nil, err
 			}
@@ -32,7 +40,7 @@ func newPicker(policy string, engines int, o Options) (picker, error) {
 		}
 		return m, nil
 	}
-	return newPicker1(policy, engines, o)
+	return newPicker1(policy, engines, o, nil, true)
 }
 
 // multiPicker is several independent router instances over one fleet:
@@ -103,7 +111,9 @@ func (m *multiPicker) decisions() map[string]int {
 	return out
 }
 
-func newPicker1(policy string, engines int, o Options) (picker, error) {
+// newPicker1 is one router instance; the anchors read shared (nil: their
+// own index), applying its KV events when applies.
+func newPicker1(policy string, engines int, o Options, shared *exactIndex, applies bool) (picker, error) {
 	switch policy {
 	case PolicyKVRoute:
 		return newKVRoute(engines, o)
@@ -115,9 +125,17 @@ func newPicker1(policy string, engines int, o Options) (picker, error) {
 		// exactly 16 tokens of the prompt.
 		return &gatewayPicker{pol: routebench.NewApproxPrefix(256), text: true}, nil
 	case PolicyLLMDSticky:
-		return newSticky(engines, o)
+		p, err := newSticky(engines, o, shared)
+		if err == nil && shared != nil {
+			p.applies = applies
+		}
+		return p, err
 	case PolicyDynamoKV:
-		return newDynamo(engines, o)
+		p, err := newDynamo(engines, o, shared)
+		if err == nil && shared != nil {
+			p.applies = applies
+		}
+		return p, err
 	case PolicyRoundRobin:
 		return &gatewayPicker{pol: &routebench.RoundRobin{}}, nil
 	case PolicyLeastLoaded:
