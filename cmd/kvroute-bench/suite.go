@@ -58,6 +58,7 @@ func runSuite(ctx context.Context, args []string, io stdio) error {
 	fs.Float64Var(&o.DynamoTemperature, "dynamo-temperature", o.DynamoTemperature, "dynamo-kv's router_temperature")
 	fs.StringVar(&o.RoutingYAML, "routing", "", `extra kvroute routing config as YAML flow, e.g. "{placement_slack: 1}"`)
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	summarize := fs.Bool("summarize", false, "run nothing: write the summary again from the cells already under --out (an interrupted run's finished cells; no gateway curve)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -119,18 +120,27 @@ func runSuite(ctx context.Context, args []string, io stdio) error {
 		so.Progress = io.err
 	}
 	var res *fleetsim.SuiteResult
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		res, err = fleetsim.RunSuite(so, *out)
-		done <- err
-	}()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case err := <-done:
+	if *summarize {
+		cells, err := fleetsim.LoadCells(*out)
 		if err != nil {
 			return err
+		}
+		so.Curve = nil
+		res = &fleetsim.SuiteResult{Cells: cells, Workloads: ws, Options: so}
+	} else {
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			res, err = fleetsim.RunSuite(so, *out)
+			done <- err
+		}()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-done:
+			if err != nil {
+				return err
+			}
 		}
 	}
 	command := "kvroute-bench suite " + strings.Join(args, " ")

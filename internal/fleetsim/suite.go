@@ -408,3 +408,43 @@ func (s *SuiteResult) WriteJSON(w io.Writer, goals []SuiteGoal) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(suiteJSON{Cells: s.Cells, Curve: s.Curve, Goals: goals, Wall: s.Wall.Seconds()})
 }
+
+// LoadCells reads the cells a suite run wrote under out
+// (cells/WORKLOAD/gN[-mesh]/seedS-loadLx/results.json), so a summary can
+// be written again, or from an interrupted run's finished cells.
+func LoadCells(out string) ([]*Cell, error) {
+	paths, err := filepath.Glob(filepath.Join(out, "cells", "*", "*", "*", "results.json"))
+	if err != nil {
+		return nil, err
+	}
+	var cells []*Cell
+	for _, p := range paths {
+		rel, _ := filepath.Rel(out, filepath.Dir(p))
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		c := &Cell{Workload: parts[1], Dir: rel}
+		mode := parts[2]
+		c.Mesh = strings.HasSuffix(mode, "-mesh")
+		if _, err := fmt.Sscanf(strings.TrimSuffix(mode, "-mesh"), "g%d", &c.Gateways); err != nil {
+			return nil, fmt.Errorf("%s: gateway mode %q", rel, mode)
+		}
+		if _, err := fmt.Sscanf(strings.TrimSuffix(parts[3], "x"), "seed%d-load%g", &c.Seed, &c.Load); err != nil {
+			return nil, fmt.Errorf("%s: seed and load %q", rel, parts[3])
+		}
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var rep jsonReport
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			return nil, fmt.Errorf("%s: %w", rel, err)
+		}
+		c.Pooled, c.Ideal = rep.PooledHitRate, rep.IdealHitRate
+		for _, jp := range rep.Policies {
+			c.Policies = append(c.Policies, PolicyStats{Name: jp.Name, HitRate: jp.TokenHitRate, P50: jp.TTFTP50,
+				P90: jp.TTFTP90, P99: jp.TTFTP99, Requests: jp.Requests, Errors: jp.Errors})
+		}
+		cells = append(cells, c)
+	}
+	slices.SortFunc(cells, func(a, b *Cell) int { return strings.Compare(cellKey(a), cellKey(b)) })
+	return cells, nil
+}

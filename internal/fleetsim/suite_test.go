@@ -69,6 +69,19 @@ func TestSuiteSmoke(t *testing.T) {
 			}
 		}
 	}
+	again, err := LoadCells(out)
+	if err != nil || len(again) != len(res.Cells) {
+		t.Fatalf("LoadCells: %d cells, %v", len(again), err)
+	}
+	for i, c := range again {
+		want := res.Cells[i]
+		kv, _ := c.Policy(PolicyKVRoute)
+		wkv, _ := want.Policy(PolicyKVRoute)
+		if c.Workload != want.Workload || c.Gateways != want.Gateways || c.Mesh != want.Mesh || c.Seed != want.Seed ||
+			c.Load != want.Load || kv.HitRate != wkv.HitRate || kv.P90 != wkv.P90 || c.Pooled != want.Pooled {
+			t.Fatalf("cell %d read back as %+v, want %+v", i, c, want)
+		}
+	}
 	if n := len(res.Curve); n != 6 {
 		t.Fatalf("%d gateway-curve points, want 2 counts × 3 lines", n)
 	}

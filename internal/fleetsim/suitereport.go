@@ -144,8 +144,12 @@ func (s *SuiteResult) Goals() []SuiteGoal {
 		}
 		return true, kv.P90 <= 1.05*rr.P90, fmt.Sprintf("%s: %.0f ms vs %.0f ms", where(c), kv.P90, rr.P90)
 	})
-	goals = append(goals, SuiteGoal{Goal: "the whole suite runs in ≤ 30 minutes", Met: s.Wall <= SuiteWallLimit,
-		Detail: fmt.Sprintf("wall %s with %d parallel cells", s.Wall.Round(time.Second), max(s.Options.Jobs, 1))})
+	wall := SuiteGoal{Goal: "the whole suite runs in ≤ 30 minutes", Met: s.Wall > 0 && s.Wall <= SuiteWallLimit,
+		Detail: fmt.Sprintf("wall %s with %d parallel cells", s.Wall.Round(time.Second), max(s.Options.Jobs, 1))}
+	if s.Wall == 0 {
+		wall.Detail = "not measured: summary of cells already run"
+	}
+	goals = append(goals, wall)
 	return goals
 }
 
