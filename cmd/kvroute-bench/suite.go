@@ -44,7 +44,7 @@ func runSuite(ctx context.Context, args []string, io stdio) error {
 	out := fs.String("out", "suite-results", "directory for the cells and the summary")
 	traces := fs.String("traces", filepath.Join("testdata", "traces"), "directory of Mooncake-format *.jsonl traces")
 	whole := fs.Int("trace-whole", 0, "a trace of at most this many requests is replayed whole (each seed spreads arrivals over 1 s)")
-	window := fs.Int("trace-requests", 1000, "a longer trace is cut to a window of this many requests, which the seed places")
+	window := fs.Int("trace-requests", 500, "a longer trace is cut to a window of this many requests, which the seed places")
 	workloads := fs.String("workloads", "", "only these workloads, comma-separated (trace names without _trace.jsonl, family names)")
 	gateways := fs.String("gateways", "1,3,8", "gateway counts of the grid")
 	noMesh := fs.Bool("no-mesh", false, "skip the peer-mesh cells")

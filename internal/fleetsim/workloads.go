@@ -74,17 +74,17 @@ type Family struct {
 // default 16-engine fleet (8.4 M tokens of KV, 320k prefill tokens/s).
 func DefaultFamilies() []Family {
 	return []Family{
-		{Name: FamilyAgentic, Requests: 200, OutputMin: 32, OutputMax: 256,
+		{Name: FamilyAgentic, Requests: 100, OutputMin: 32, OutputMax: 256,
 			Sessions: 12, SystemBlocks: 16, ContextMin: 82, ContextMax: 180, GrowMin: 1, GrowMax: 8, MaxBlocks: 390,
 			FanOut: 0.15, SubAgents: 3, SubTurns: 3, ThinkSeconds: 6},
-		{Name: FamilyRAG, Requests: 400, Rate: 24, OutputMin: 16, OutputMax: 200,
+		{Name: FamilyRAG, Requests: 200, Rate: 24, OutputMin: 16, OutputMax: 200,
 			SystemBlocks: 2, Documents: 1200, DocBlocks: 16, ZipfS: 0.9, QueryBlocks: 1, QueryBlocksMax: 1},
-		{Name: FamilyTenants, Requests: 400, Rate: 40, OutputMin: 16, OutputMax: 200,
+		{Name: FamilyTenants, Requests: 200, Rate: 40, OutputMin: 16, OutputMax: 200,
 			Documents: 80, DocBlocks: 4, DocBlocksMax: 24, ZipfS: 0.7, QueryBlocks: 1, QueryBlocksMax: 4},
-		{Name: FamilyBursts, Requests: 400, Rate: 40, OutputMin: 16, OutputMax: 200,
+		{Name: FamilyBursts, Requests: 200, Rate: 20, OutputMin: 16, OutputMax: 200,
 			Sessions: 60, Documents: 8, DocBlocks: 4, ContextMin: 2, ContextMax: 10, GrowMin: 1, GrowMax: 2, MaxBlocks: 120,
-			CycleSeconds: 10, BurstSeconds: 2.5, BurstFactor: 3},
-		{Name: FamilyNoSharing, Requests: 400, Rate: 12, OutputMin: 16, OutputMax: 200,
+			CycleSeconds: 4, BurstSeconds: 1, BurstFactor: 3},
+		{Name: FamilyNoSharing, Requests: 200, Rate: 12, OutputMin: 16, OutputMax: 200,
 			QueryBlocks: 4, QueryBlocksMax: 32},
 	}
 }

@@ -113,12 +113,13 @@ func TestRAGFamilyExceedsTheFleet(t *testing.T) {
 		}
 	})
 	slices.Reverse(counts)
-	// Zipf s=0.9 over 1,200 documents: the top one draws ≈ 13 % of requests.
-	if top := float64(counts[0]) / float64(len(recs)); top < 0.07 || top > 0.2 {
+	// Zipf s=0.9 over 1,200 documents: the top one draws ≈ 9 % of requests.
+	if top := float64(counts[0]) / float64(len(recs)); top < 0.04 || top > 0.2 {
 		t.Fatalf("the most popular document draws %.1f %% of requests", 100*top)
 	}
-	if len(seen) < 200 {
-		t.Fatalf("only %d distinct documents drawn", len(seen))
+	// …and a long tail: over a third of the draws are distinct documents.
+	if len(seen) < len(recs)/3 {
+		t.Fatalf("only %d distinct documents in %d draws", len(seen), len(recs))
 	}
 }
 
