@@ -1,6 +1,8 @@
 package routebench
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +51,85 @@ func TestTraceWorkloadKeepsTheTracesSharing(t *testing.T) {
 	again, _ := Generate(WorkloadParams{Kind: Trace, Trace: tr, Rate: 2, Requests: 3, MaxTokens: 4})
 	if again[1].Prompt != reqs[1].Prompt {
 		t.Fatal("a block's text must not depend on the run")
+	}
+}
+
+// TestAnchorsBooksFollowTheGateway sends requests through a PolicyGateway
+// over loopback HTTP to two upstreams: each anchor counts a request on its
+// engine while the upstream holds it and takes it off its books when the
+// response has ended.
+func TestAnchorsBooksFollowTheGateway(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 4)
+	var ups []string
+	for range 2 {
+		u, stop, err := ServeLoopback(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			<-release
+			io.WriteString(w, `{"choices":[]}`)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		ups = append(ups, strings.TrimPrefix(u, "http://"))
+	}
+	// Engine 1 holds the prompt's first 2 blocks of 16 tokens.
+	x := exactCache{BlockSize: 16,
+		Encode:       func(r PickRequest) []int { return make([]int, len(strings.Fields(r.Prompt))) },
+		CachedTokens: func(i int, ids []int, _, _ string) int { return []int{0, 32}[i] }}
+	sticky := &LLMDSticky{exactCache: x, Threshold: 1 << 20}
+	dynamo := &DynamoKV{exactCache: x, Weight: 1}
+	for _, pol := range []Tracker{sticky, dynamo} {
+		g := NewPolicyGateway(pol, ups)
+		url, stop, err := ServeLoopback(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompt := strings.Repeat("w ", 80) // 80 tokens: 48 uncached on engine 1
+		done := make(chan error, 1)
+		go func() {
+			resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"`+prompt+`"}`))
+			if err == nil {
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+		<-arrived
+		books := func() (int, int) {
+			switch p := pol.(type) {
+			case *LLMDSticky:
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return p.load[1], p.load[0]
+			case *DynamoKV:
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return p.prefill[1], p.prefill[0]
+			}
+			return -1, -1
+		}
+		if on1, on0 := books(); on1 != 48 || on0 != 0 {
+			t.Errorf("%s in flight: books %d on the holder, %d elsewhere; want 48, 0", pol.Name(), on1, on0)
+		}
+		release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// The gateway releases after its handler returns, which may be just
+		// after the client has the response.
+		deadline := time.Now().Add(2 * time.Second)
+		on1, _ := books()
+		for on1 != 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+			on1, _ = books()
+		}
+		if on1 != 0 {
+			t.Errorf("%s after the response: %d tokens still on the books", pol.Name(), on1)
+		}
+		if served := g.Served(); served[1] != 1 {
+			t.Errorf("%s: served %v, want the holder", pol.Name(), served)
+		}
+		stop()
 	}
 }
