@@ -41,9 +41,11 @@ type SuiteOptions struct {
 	Loads     []float64 // arrival-rate multipliers
 	Policies  []string
 	// Curve is the gateway counts of the gateway curve (nil: none), run on
-	// workload CurveWorkload at the first seed and load.
+	// workload CurveWorkload at seed CurveSeed (0: the first) and the first
+	// load.
 	Curve         []int
 	CurveWorkload string
+	CurveSeed     uint64
 	Jobs          int // cells run in parallel
 	Progress      io.Writer
 }
@@ -242,6 +244,13 @@ func RunSuite(so SuiteOptions, out string) (*SuiteResult, error) {
 	return res, nil
 }
 
+func (so SuiteOptions) curveSeed() uint64 {
+	if so.CurveSeed > 0 {
+		return so.CurveSeed
+	}
+	return so.Seeds[0]
+}
+
 func (so SuiteOptions) workloadIndex(name string) int {
 	return slices.IndexFunc(so.Workloads, func(w SuiteWorkload) bool { return w.Name == name })
 }
@@ -367,7 +376,7 @@ func runCurve(so SuiteOptions) ([]CurvePoint, error) {
 		return nil, fmt.Errorf("no workload %q", so.CurveWorkload)
 	}
 	w := so.Workloads[i]
-	seed, load := so.Seeds[0], so.Loads[0]
+	seed, load := so.curveSeed(), so.Loads[0]
 	recs, err := w.records(seed)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,8 @@ type SuiteGoal struct {
 	Goal   string `json:"goal"`
 	Met    bool   `json:"met"`
 	Detail string `json:"detail"`
+	// None: the run had no cell the goal speaks of (a subset).
+	None bool `json:"no_cells,omitempty"`
 }
 
 // SuiteWallLimit is how long the whole suite may take on a 2-core machine.
@@ -87,7 +89,10 @@ func (s *SuiteResult) Goals() []SuiteGoal {
 		if len(fails) > 0 {
 			d += "; e.g. " + strings.Join(fails, "; ")
 		}
-		goals = append(goals, SuiteGoal{Goal: name, Met: n > 0 && m == n, Detail: d})
+		if n == 0 {
+			d = "no such cell in this run"
+		}
+		goals = append(goals, SuiteGoal{Goal: name, Met: n > 0 && m == n, Detail: d, None: n == 0})
 	}
 	where := func(c *Cell) string {
 		return fmt.Sprintf("%s %s seed %d %g×", c.Workload, c.Setup(), c.Seed, c.Load)
@@ -252,8 +257,11 @@ func (s *SuiteResult) WriteMarkdown(w io.Writer, command string) {
 	fmt.Fprintln(w, "|---|---|---|")
 	for _, g := range s.Goals() {
 		met := "**missed**"
-		if g.Met {
+		switch {
+		case g.Met:
 			met = "met"
+		case g.None:
+			met = "—"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s |\n", g.Goal, met, g.Detail)
 	}
@@ -309,7 +317,7 @@ func (s *SuiteResult) WriteMarkdown(w io.Writer, command string) {
 	}
 	if len(s.Curve) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "## Gateway curve (%s, seed %d, load %g×)\n\n", o.CurveWorkload, o.Seeds[0], o.Loads[0])
+		fmt.Fprintf(w, "## Gateway curve (%s, seed %d, load %g×)\n\n", o.CurveWorkload, o.curveSeed(), o.Loads[0])
 		s.writeCurveTable(w)
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "![hit rate and TTFT p90 against gateways](curve.svg)")
@@ -436,7 +444,7 @@ func (s *SuiteResult) WriteCurveSVG(w io.Writer) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" font-family="sans-serif" font-size="11">`+"\n", width, height)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="20" font-size="15">Gateway curve: %s, seed %d, load %g×</text>`+"\n", escapeXML(s.Options.CurveWorkload), s.Options.Seeds[0], s.Options.Loads[0])
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="20" font-size="15">Gateway curve: %s, seed %d, load %g×</text>`+"\n", escapeXML(s.Options.CurveWorkload), s.Options.curveSeed(), s.Options.Loads[0])
 	for i, l := range lines {
 		fmt.Fprintf(&b, `<rect x="%g" y="30" width="12" height="12" fill="%s"/><text x="%g" y="40">%s</text>`+"\n", left+float64(i)*150, colors[i], left+float64(i)*150+16, escapeXML(l))
 	}
