@@ -292,13 +292,14 @@ func TestForeignRunningShareDrainsSinceTheScrape(t *testing.T) {
 
 // TestNewConversationsSpreadOverTheWholeFleet: every new conversation
 // starts with the fleet's system prompt. A replica that has not been given
-// one yet lacks that prefix, but with a placement_slack of 0.1 it costs
-// within the slack of the holders — the system prompt is short beside the
-// conversation — so it competes, and the replica whose cache was written
-// least lately takes the conversation: the holder, written most, does not
-// take them all.
+// one yet lacks that prefix, but at a placement_slack of 0.2 (the default)
+// it costs within the slack of the holders — the system prompt is short
+// beside the conversation — so it competes, and the replica whose cache was
+// written least lately takes the conversation: the holder, written most,
+// does not take them all (at slack 0 the holder took every new conversation
+// of the Mooncake trace with spread arrivals: 22.0 % hits against 26.1 %).
 func TestNewConversationsSpreadOverTheWholeFleet(t *testing.T) {
-	h := newHarness(t, harnessOptions{slack: ptr(0.1)})
+	h := newHarness(t, harnessOptions{slack: ptr(0.2)})
 	conversation := func(i int) []byte {
 		var b strings.Builder
 		b.WriteString(sharedPrefix)

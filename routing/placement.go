@@ -129,11 +129,11 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 // begun there lately (index.ReplicaState.RecentTokens, this router's and
 // its peers') plus those this request would add there. A replica holding
 // part of the prompt adds fewer, so it wins unless its cache is being
-// written faster by more than the part it holds. At the default slack of 0
-// only equal costs compete: on an idle fleet priced at one pool rate, every
-// replica lacking the prompt; with a slack, also a replica lacking a shared
-// prefix that is short beside the prompt (a system prompt), which then
-// takes conversations from a holder written faster. Ties go to
+// written faster by more than the part it holds. At slack 0 only equal
+// costs compete (on an idle fleet priced at one pool rate, every replica
+// lacking the prompt); at the default 0.2 so does a replica lacking a
+// shared prefix that is short beside the prompt (a system prompt), which
+// then takes conversations from a holder written faster. Ties go to
 // the replica ranking highest by rendezvous hashing for anchor (a block key
 // of the prompt), alike on every kvroute replica.
 func (r *Router) spread(cands []candidate, costs, uncached []float64, promptTokens, best int, anchor index.BlockKey, rec *Recorder) int {
