@@ -23,7 +23,7 @@ const (
 	DefaultForeignRunningShare = 0.0
 	DefaultKVUsageCeiling      = 0.98
 	DefaultKVFullPenalty       = 500 * time.Millisecond
-	DefaultPlacementSlack      = 0.0
+	DefaultPlacementSlack      = 0.2
 	DefaultBodyLimitBytes      = 8 << 20
 	DefaultBodyMode            = BodyModeBuffered // what envoy/envoy.yaml configures
 	DefaultMaxPromptBytes      = 1 << 20

@@ -53,27 +53,28 @@ type replicaState struct {
 	rate           float64 // learned prefill tokens/s; 0 until learned
 	meanTokens     float64 // learned uncached prompt tokens per request; 0 until learned
 	work           prefillQueue
-	recent         recentCount // requests begun here, decayed
+	recentTokens   recentCount // uncached tokens of requests begun here, decayed
 }
 
-// RecentRequestsTau is the time constant of ReplicaState.RecentRequests:
-// a request begun this long ago counts 1/e. Of the order of a conversation's
-// pause between turns (Mooncake's median is two minutes), so the count says
-// how many conversations a replica is serving, not how busy it is this
-// instant. Placement in the simulator moved within noise for 30 s–10 min
-// (docs/BENCHMARKS.md).
-const RecentRequestsTau = time.Minute
+// RecentTokensTau is the time constant of ReplicaState.RecentTokens: tokens
+// begun this long ago count 1/e. Shorter than the time a busy replica's
+// cache takes to turn over (minutes), longer than a queue lasts (seconds),
+// so the count says how fast a replica's cache is being written, not how
+// busy it is this instant.
+const RecentTokensTau = time.Minute
 
-// recentCount is an exponentially decayed count of events: value as of at.
+// recentCount is an exponentially decayed sum: value as of at.
 type recentCount struct {
 	value float64
 	at    time.Time
 }
 
-// add counts one event at now.
-func (c *recentCount) add(now time.Time) {
-	c.value = c.decayed(now) + 1
-	c.at = now
+// add counts n at now (an earlier now counts as at).
+func (c *recentCount) add(now time.Time, n float64) {
+	c.value = c.decayed(now) + n
+	if now.After(c.at) {
+		c.at = now
+	}
 }
 
 // decayed is the count as of now (no earlier than at).
@@ -81,7 +82,7 @@ func (c recentCount) decayed(now time.Time) float64 {
 	if c.value == 0 || !now.After(c.at) {
 		return c.value
 	}
-	return c.value * math.Exp(-now.Sub(c.at).Seconds()/RecentRequestsTau.Seconds())
+	return c.value * math.Exp(-now.Sub(c.at).Seconds()/RecentTokensTau.Seconds())
 }
 
 // prefillQueue is this router's own outstanding prefill on one replica, as a
@@ -137,15 +138,16 @@ type ReplicaState struct {
 	// PendingTokens is this router's outstanding uncached prefill on the
 	// replica at the snapshot's time, drained at the rate given to Snapshot.
 	PendingTokens float64
-	// recent counts the requests begun here (this router's and, over the
-	// peer mesh, its peers'), decayed over RecentRequestsTau.
-	recent recentCount
+	// recentTokens sums the uncached tokens of the requests begun here
+	// (this router's and, over the peer mesh, its peers'), decayed over
+	// RecentTokensTau.
+	recentTokens recentCount
 }
 
-// RecentRequests is the number of requests begun on the replica (this
-// router's and its peers') decayed with time constant RecentRequestsTau, as
-// of the snapshot: how many conversations it has been given lately.
-func (s ReplicaState) RecentRequests() float64 { return s.recent.decayed(s.At) }
+// RecentTokens is the uncached prompt tokens of the requests begun on the
+// replica (this router's and its peers'), decayed with time constant
+// RecentTokensTau, as of the snapshot: how fast its cache is being written.
+func (s ReplicaState) RecentTokens() float64 { return s.recentTokens.decayed(s.At) }
 
 // QueuedWork is the replica's queue as a request count: running and waiting
 // from its last /metrics plus the requests routed to it since (which that
@@ -249,7 +251,7 @@ func (ix *Index) BeginWork(r Replica, tokens int, rate float64) Ticket {
 	rs.work.drain(now, rate)
 	rs.work.rate = rate
 	rs.work.added += float64(max(tokens, 0))
-	rs.recent.add(now)
+	rs.recentTokens.add(now, float64(max(tokens, 0)))
 	return Ticket{upTo: rs.work.added}
 }
 
@@ -336,6 +338,6 @@ func (rs *replicaState) snapshot(r Replica, now time.Time, defaultRate float64) 
 		PrefillRate:      rs.rate,
 		MeanPromptTokens: rs.meanTokens,
 		PendingTokens:    q.added - q.drained,
-		recent:           rs.recent,
+		recentTokens:     rs.recentTokens,
 	}
 }

@@ -6,30 +6,32 @@ import (
 	"time"
 )
 
-// TestRecentRequestsDecay: every request begun counts 1, ended or not, and
-// the count decays with time constant RecentRequestsTau.
-func TestRecentRequestsDecay(t *testing.T) {
+// TestRecentTokensDecay: every request begun counts its uncached tokens,
+// ended or not (a request of none counts nothing), and the sum decays with
+// time constant RecentTokensTau.
+func TestRecentTokensDecay(t *testing.T) {
 	f := newFixture(t, 2, Options{})
 	a, b := f.r[0], f.r[1]
 	recent := func(r Replica) float64 {
 		st, _ := f.ix.Replica(r)
-		return st.RecentRequests()
+		return st.RecentTokens()
 	}
 	f.ix.EndWork(a, f.ix.BeginWork(a, 100, 1000))
+	f.ix.BeginWork(a, 300, 1000)
 	f.ix.BeginRequest(a)
-	if got := recent(a); got != 2 {
-		t.Fatalf("recent %g after two requests, want 2", got)
+	if got := recent(a); got != 400 {
+		t.Fatalf("recent %g after 100 and 300 uncached tokens, want 400", got)
 	}
 	if got := recent(b); got != 0 {
 		t.Fatalf("recent %g on a replica given nothing, want 0", got)
 	}
-	f.clock.Advance(RecentRequestsTau)
-	if got, want := recent(a), 2/math.E; math.Abs(got-want) > 1e-9 {
+	f.clock.Advance(RecentTokensTau)
+	if got, want := recent(a), 400/math.E; math.Abs(got-want) > 1e-9 {
 		t.Fatalf("recent %g one time constant later, want %g", got, want)
 	}
-	f.ix.BeginRequest(a)
-	if got, want := recent(a), 1+2/math.E; math.Abs(got-want) > 1e-9 {
-		t.Fatalf("recent %g after one more, want %g", got, want)
+	f.ix.BeginWork(a, 50, 1000)
+	if got, want := recent(a), 50+400/math.E; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("recent %g after 50 more, want %g", got, want)
 	}
 }
 

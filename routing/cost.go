@@ -65,11 +65,6 @@ func (r *Router) foreignQueued(st *index.ReplicaState, rate float64) float64 {
 	return fw*mean + running
 }
 
-// idle reports whether c has no prefill queued, its own or foreign.
-func (r *Router) idle(c *candidate) bool {
-	return c.state.PendingTokens < 1 && c.state.Load.Waiting == 0 && r.foreignQueued(&c.state, c.rate) < 1
-}
-
 // foreign splits the scraped queue into the requests this router did not
 // route (other routers, direct clients): running and waiting minus what was
 // its own in flight when the scrape was recorded; waiting ones first.

@@ -35,8 +35,12 @@ type Explanation struct {
 	PickAddress   string `json:"pick_address"`
 	MatchedTokens int    `json:"matched_tokens"`
 	Cost          Figure `json:"cost_seconds"`
-	Outcome       string `json:"outcome"`
-	Reason        string `json:"reason"`
+	// SlackBound is the cost, in seconds, under which a candidate competes
+	// on cache turnover: the cheapest cost plus placement_slack × the
+	// prompt's own prefill time (0 when the decision had no block keys).
+	SlackBound Figure `json:"slack_bound_seconds"`
+	Outcome    string `json:"outcome"`
+	Reason     string `json:"reason"`
 	// Status and Error describe a rejection (its messages carry lengths,
 	// never the request's bytes).
 	Status int    `json:"status,omitempty"`
@@ -66,16 +70,19 @@ type ExplainCandidate struct {
 	// InFlight is this router's requests on the replica; QueuedTokens the
 	// prefill tokens predicted ahead of the request and QueueSeconds their
 	// time at PrefillRate (tokens/s).
-	InFlight     int64  `json:"in_flight"`
-	QueuedTokens Figure `json:"queued_tokens"`
-	QueueSeconds Figure `json:"queue_seconds"`
-	PrefillRate  Figure `json:"prefill_tokens_per_second"`
-	KVUsage      Figure `json:"kv_usage"`
-	// RecentRequests is the requests begun on the replica lately
-	// (index.ReplicaState.RecentRequests): among idle replicas costing
-	// within 20 % of the cheapest, the fewest takes the request.
-	RecentRequests Figure `json:"recent_requests"`
+	InFlight       int64  `json:"in_flight"`
+	QueuedTokens   Figure `json:"queued_tokens"`
+	QueueSeconds   Figure `json:"queue_seconds"`
+	PrefillRate    Figure `json:"prefill_tokens_per_second"`
+	KVUsage        Figure `json:"kv_usage"`
 	UncachedTokens Figure `json:"uncached_tokens"`
+	// RecentUncachedTokens is the uncached prompt tokens begun on the
+	// replica lately (index.ReplicaState.RecentTokens); TurnoverTokens adds
+	// this request's UncachedTokens. Among the candidates WithinSlack (cost
+	// at most the explanation's SlackBound) the least turnover is picked.
+	RecentUncachedTokens Figure `json:"recent_uncached_tokens"`
+	TurnoverTokens       Figure `json:"turnover_tokens"`
+	WithinSlack          bool   `json:"within_slack"`
 	// Cost is the predicted seconds to first token the decision minimised.
 	Cost   Figure `json:"cost_seconds"`
 	Picked bool   `json:"picked"`
@@ -132,6 +139,7 @@ type Recorder struct {
 	cands        []ExplainCandidate
 	promptTokens int
 	blockSize    int
+	slackBound   float64
 
 	trace bool
 	start time.Time
@@ -172,6 +180,7 @@ func (rec *Recorder) Steps(end time.Time, f func(step string, from, to time.Time
 func (rec *Recorder) reset() {
 	if rec != nil {
 		rec.cands = rec.cands[:0]
+		rec.slackBound = 0
 	}
 }
 
@@ -215,8 +224,25 @@ func (rec *Recorder) weigh(r *Router, c *candidate, held index.Match, uncached, 
 	e.InFlight = c.state.InFlight
 	e.QueuedTokens, e.QueueSeconds = Figure(queued), Figure(queued/c.rate)
 	e.PrefillRate, e.KVUsage = Figure(c.rate), Figure(c.state.Load.KVUsage)
-	e.RecentRequests = Figure(c.state.RecentRequests())
 	e.UncachedTokens, e.Cost = Figure(max(uncached, 0)), Figure(cost)
+}
+
+// slack records the cost bound of the decision's spread.
+func (rec *Recorder) slack(bound float64) {
+	if rec != nil && rec.explain {
+		rec.slackBound = bound
+	}
+}
+
+// spread records candidate c's cache turnover and whether its cost was
+// within the slack bound.
+func (rec *Recorder) spread(c *candidate, turnover float64, within bool) {
+	if rec == nil || !rec.explain {
+		return
+	}
+	e := &rec.cands[c.slot]
+	e.RecentUncachedTokens = Figure(c.state.RecentTokens())
+	e.TurnoverTokens, e.WithinSlack = Figure(turnover), within
 }
 
 // Scores formats the weighed candidates' costs as `name=ms` pairs,
@@ -253,6 +279,7 @@ func (r *Router) Explain(path string, body []byte) Explanation {
 	x := Explanation{
 		Pool: d.Pool, PromptTokens: max(d.PromptTokens, rec.promptTokens), PromptBlocks: len(d.Keys), BlockSize: rec.blockSize,
 		Candidates: rec.cands, MatchedTokens: d.MatchedTokens, Outcome: d.Outcome, Reason: d.Reason,
+		SlackBound: Figure(rec.slackBound),
 	}
 	if x.Candidates == nil {
 		x.Candidates = []ExplainCandidate{}

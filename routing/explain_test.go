@@ -24,8 +24,7 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 	h.ix.Store(h.eps[0].Replica, keys[:2], index.TierCPU)
 	h.ix.SetHealthy(h.eps[2].Replica, false)
 	for range 2 {
-		h.ix.BeginRequest(h.eps[0].Replica)
-		h.ix.EndRequest(h.eps[0].Replica)
+		h.ix.EndWork(h.eps[0].Replica, h.ix.BeginWork(h.eps[0].Replica, 250, 1e4))
 	}
 	body := []byte(`{"model":"qwen3","prompt":"` + sharedPrefix + `"}`)
 	before := replicaStates(h)
@@ -33,7 +32,7 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 	x := h.router.Explain("/v1/completions", body)
 	for i, st := range replicaStates(h) {
 		if st.InFlight != before[i].InFlight || st.PendingTokens != before[i].PendingTokens || st.StartedSinceLoad != before[i].StartedSinceLoad ||
-			st.RecentRequests() > before[i].RecentRequests() {
+			st.RecentTokens() > before[i].RecentTokens() {
 			t.Fatalf("Explain left bookkeeping on %s: %+v, was %+v", h.eps[i].Name, st, before[i])
 		}
 	}
@@ -56,8 +55,13 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 	}
 	if c0.MatchedBlocks != 2 || c0.CPUBlocks != 2 || c0.GPUBlocks != 0 || c0.WeightedBlocks != 1 || c0.Picked ||
 		float64(c0.UncachedTokens) != float64(d.PromptTokens-testBlockSize) || !(c0.Cost > c1.Cost) ||
-		!(c0.RecentRequests > 1.9 && c0.RecentRequests <= 2) || c1.RecentRequests != 0 {
+		!(c0.RecentUncachedTokens > 499 && c0.RecentUncachedTokens <= 500) || c0.TurnoverTokens != c0.RecentUncachedTokens+c0.UncachedTokens {
 		t.Fatalf("CPU-tier holder: %+v (holder %+v)", c0, c1)
+	}
+	// The holder is the cheapest: it is within the slack bound, which is at
+	// least its cost, and its turnover is this request's uncached tokens.
+	if !c1.WithinSlack || c1.RecentUncachedTokens != 0 || c1.TurnoverTokens != c1.UncachedTokens || x.SlackBound < x.Cost {
+		t.Fatalf("holder's turnover: %+v, slack bound %v", c1, x.SlackBound)
 	}
 	if c2.Eligible || c2.Healthy || c2.Ineligible != IneligibleUnhealthy || c2.Weighed {
 		t.Fatalf("unhealthy endpoint: %+v", c2)

@@ -30,9 +30,9 @@ type harness struct {
 }
 
 type harnessOptions struct {
-	// strictPlacement sets routing.placement_slack 0 (the default; the
-	// harness otherwise uses 0.5).
-	strictPlacement bool
+	// slack, when set, is routing.placement_slack (the harness otherwise
+	// uses 0.5).
+	slack *float64
 }
 
 func newHarness(t *testing.T, o harnessOptions) *harness {
@@ -57,8 +57,8 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		Endpoints: h.eps,
 	}}
 	slack := 0.5
-	if o.strictPlacement {
-		slack = 0
+	if o.slack != nil {
+		slack = *o.slack
 	}
 	h.router, err = NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack})
 	if err != nil {

@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"math"
+
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/mix"
 )
@@ -36,25 +38,46 @@ func (r *Router) eligible(p *pool, subset map[string]bool, dst []candidate, rec 
 				rec.ineligible(slot, IneligibleUnhealthy)
 				continue
 			}
-			rate := st.PrefillRate
-			if !(rate > 0) {
-				rate = r.o().PrefillTokensPerSecond
-			}
-			dst = append(dst, candidate{ep: ep, state: st, rate: rate, slot: slot})
+			dst = append(dst, candidate{ep: ep, state: st, slot: slot})
 		}
+	}
+	rate := r.poolRate(dst)
+	for i := range dst {
+		dst[i].rate = rate
 	}
 	return dst
 }
 
+// poolRate is the prefill rate the cost divides by on every candidate: the
+// mean of the rates the candidates have learned, or the configured default
+// while none has. The replicas of one pool serve one model on one kind of
+// GPU; a replica's own learned rate rests on the few prefills it was given,
+// and one that is low by chance makes the replica look slow, so it gets no
+// more requests, so it never learns better (in the simulator one engine
+// stuck at 13,100 tokens/s against its peers' 19,500 got 6 of 3,993
+// requests). The queue ahead of a request still drains at the replica's own
+// learned rate (index.ReplicaState.PendingTokens): a replica that is slower
+// in fact keeps its queue longer and costs more.
+func (r *Router) poolRate(cands []candidate) float64 {
+	sum, n := 0.0, 0
+	for i := range cands {
+		if v := cands[i].state.PrefillRate; v > 0 && !math.IsInf(v, 0) {
+			sum += v
+			n++
+		}
+	}
+	if n == 0 {
+		return r.o().PrefillTokensPerSecond
+	}
+	return sum / float64(n)
+}
+
 // byLoad places a request no replica holds a prefix of by the same cost, all
-// its tokens uncached. With block keys (a prompt of at least one block) it
-// is sticky: among the replicas whose cost is within placement_slack × the
-// request's own prefill time of the cheapest, it takes the one ranking
-// highest for the first block key by rendezvous hashing, so a document
-// evicted everywhere comes back where it was rather than wherever is
-// emptiest, unless that replica is busier than the bound. Without keys it
-// takes the cheapest, ties at random. It rejects with 503 only when no
-// replica is healthy (or inside the subset hint).
+// its tokens uncached. With block keys (a prompt of at least one block) the
+// choice among the replicas costing about the same is spread's: the one
+// whose cache the request turns over least. Without keys it takes the
+// cheapest, ties at random. It rejects with 503 only when no replica is
+// healthy (or inside the subset hint).
 func (r *Router) byLoad(p *pool, subset map[string]bool, reason string, cause error, rec *Recorder) Decision {
 	return r.place(p, subset, reason, cause, nil, 0, rec)
 }
@@ -66,12 +89,13 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 	if len(cands) == 0 {
 		return r.noEligible(d)
 	}
-	var costs [64]float64
-	cs := costs[:0]
+	var costs, uncachedBuf [64]float64
+	cs, uncached := costs[:0], uncachedBuf[:0]
 	best, ties := 0, 0
 	for i := range cands {
 		c := r.cost(&cands[i], float64(promptTokens))
 		cs = append(cs, c)
+		uncached = append(uncached, float64(promptTokens))
 		rec.weigh(r, &cands[i], index.Match{}, float64(promptTokens), c)
 		switch {
 		case i == 0 || c < cs[best]:
@@ -85,43 +109,50 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 		}
 	}
 	if len(keys) > 0 {
-		bound := cs[best] + r.o().PlacementSlack*float64(promptTokens)/cands[best].rate
-		// A replica with no prefill queued is as good as the cheapest when
-		// its cost is within placementIdleTolerance: the learned prefill
-		// rates of identical engines differ by a few percent, and the
-		// fastest-looking one must not take every document of an idle fleet.
-		idleBound := cs[best] * (1 + placementIdleTolerance)
-		// Bounded by cache occupancy too: a replica holding more than half
-		// this prompt's blocks beyond the least occupied candidate would
-		// evict to take it while another has room. Full caches (steady
-		// eviction) are all within the bound: placement stays sticky.
-		least := cands[0].state.Blocks
-		for i := range cands {
-			least = min(least, cands[i].state.Blocks)
-		}
-		roomBound := float64(least) + placementOccupancySlack*float64(len(keys))
-		top := uint64(0)
-		for i := range cands {
-			if (cs[i] > bound && !(r.idle(&cands[i]) && cs[i] <= idleBound)) || float64(cands[i].state.Blocks) > roomBound {
-				continue
-			}
-			if s := rendezvous(keys[0], cands[i].ep); s >= top {
-				top, best = s, i
-			}
-		}
+		best = r.spread(cands, cs, uncached, promptTokens, best, keys[0], rec)
 	}
 	d.Endpoint, d.Cost = cands[best].ep, cs[best]
 	return d
 }
 
-// placementOccupancySlack bounds sticky placement by cache occupancy: a
-// replica holding more than this fraction of the prompt's blocks beyond the
-// least occupied candidate is not a placement target.
-const placementOccupancySlack = 0.5
-
-// placementIdleTolerance: an idle replica (no prefill queued) within this
-// fraction of the cheapest placement cost counts as tied with it.
-const placementIdleTolerance = 0.2
+// spread is the last step of every decision on a prompt of at least one
+// block. The cost prices one request's time to first token; it does not
+// price what the request's uncached tokens evict. Every uncached token a
+// replica prefills is written into its cache, and its cache keeps the most
+// recent writes: a replica written to twice as fast as its peers keeps a
+// prefix half as long, so a fleet whose writes are unbalanced holds less
+// of what its clients will send again than one cache of the same total size
+// would. So among the candidates whose cost is within placement_slack × the
+// request's own prefill time of the cheapest (best) — a time-to-first-token
+// margin the request may give up, measured in its own size — spread takes
+// the one whose cache the request turns over least: the uncached tokens
+// begun there lately (index.ReplicaState.RecentTokens, this router's and
+// its peers') plus those this request would add there. A replica holding
+// part of the prompt adds fewer, so it wins unless its cache is being
+// written faster by more than the part it holds. At slack 0 only equal
+// costs compete (on an idle fleet priced at one pool rate, every replica
+// lacking the prompt); at the default 0.2 so does a replica lacking a
+// shared prefix that is short beside the prompt (a system prompt), which
+// then takes conversations from a holder written faster. Ties go to
+// the replica ranking highest by rendezvous hashing for anchor (a block key
+// of the prompt), alike on every kvroute replica.
+func (r *Router) spread(cands []candidate, costs, uncached []float64, promptTokens, best int, anchor index.BlockKey, rec *Recorder) int {
+	bound := costs[best] + r.o().PlacementSlack*float64(promptTokens)/cands[best].rate
+	rec.slack(bound)
+	pick, top, least := best, uint64(0), math.Inf(1)
+	for i := range cands {
+		turnover := cands[i].state.RecentTokens() + max(uncached[i], 0)
+		within := costs[i] <= bound
+		rec.spread(&cands[i], turnover, within)
+		if !within {
+			continue
+		}
+		if s := rendezvous(anchor, cands[i].ep); turnover < least || (turnover == least && s > top) {
+			pick, top, least = i, s, turnover
+		}
+	}
+	return pick
+}
 
 // rendezvous is endpoint e's highest-random-weight score for key k.
 func rendezvous(k index.BlockKey, e *Endpoint) uint64 {
@@ -139,10 +170,10 @@ func (e *Endpoint) nameHash() uint64 {
 	return h
 }
 
-// choose minimises cost (estimated seconds to first token, see cost) over
-// the eligible endpoints, each with its own cached prefix, ties broken at
-// random; with no cached prefix anywhere it places the request by load,
-// sticky to the first block (place).
+// choose weighs cost (estimated seconds to first token, see cost) on the
+// eligible endpoints, each with its own cached prefix, and takes spread's
+// pick among those costing about the least; with no cached prefix anywhere
+// it places the request by load (place).
 func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int, rec *Recorder) Decision {
 	mp := r.matches.Get().(*[]index.Match)
 	defer r.matches.Put(mp)
@@ -158,9 +189,9 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	if len(cands) == 0 {
 		return r.noEligible(d)
 	}
-	var costBuf [64]float64
+	var costBuf, uncachedBuf [64]float64
 	var matchBuf [64]int
-	costs, matched := costBuf[:0], matchBuf[:0]
+	costs, uncachedAll, matched := costBuf[:0], uncachedBuf[:0], matchBuf[:0]
 	best, ties := 0, 0
 	for i := range cands {
 		c := &cands[i]
@@ -173,6 +204,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 		}
 		uncached := float64(promptTokens) - held.Weighted*float64(blockSize)
 		costs = append(costs, r.cost(c, uncached))
+		uncachedAll = append(uncachedAll, uncached)
 		matched = append(matched, held.Blocks)
 		rec.weigh(r, c, held, uncached, costs[i])
 		switch {
@@ -186,7 +218,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 			}
 		}
 	}
-	best = r.spreadIdle(cands, costs, matched, keys, best)
+	best = r.spread(cands, costs, uncachedAll, promptTokens, best, keys[min(matched[best], len(keys)-1)], rec)
 	bestMatched := matched[best]
 	d.Endpoint, d.Cost, d.MatchedTokens = cands[best].ep, costs[best], min(bestMatched*blockSize, promptTokens)
 	d.matchedBlocks = min(bestMatched, len(keys))
@@ -194,37 +226,4 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 		d.Outcome, d.Reason = OutcomeLoad, ReasonNoHit
 	}
 	return d
-}
-
-// spreadIdle picks among the idle replicas whose cost is within
-// placementIdleTolerance of the cheapest one (best): when the cheapest is
-// idle, the part of the prompt it lacks is new to all of them, and their
-// costs differ only by the noise in their learned prefill rates or by a
-// short shared prefix (a fleet's system prompt) one of them lacks, so the
-// cheapest-looking one would take every such request — every new
-// conversation. The pick is the one given the fewest requests lately
-// (ReplicaState.RecentRequests: the conversations it serves, whose context
-// its cache must keep), then the rendezvous winner for the first block
-// beyond the cheapest one's prefix, as place does for prompts nobody holds:
-// new conversations spread evenly over the whole fleet, and one that lost
-// its blocks comes back where it was. A replica that lacks the shared prefix
-// competes too: were it excluded it would never get a request, so never
-// the prefix (in the simulator, 7 of 16 engines got no request on one seed).
-func (r *Router) spreadIdle(cands []candidate, costs []float64, matched []int, keys []index.BlockKey, best int) int {
-	m := matched[best]
-	if m >= len(keys) || !r.idle(&cands[best]) {
-		return best
-	}
-	anchor, bound := keys[m], costs[best]*(1+placementIdleTolerance)
-	pick, top, load := best, rendezvous(anchor, cands[best].ep), cands[best].state.RecentRequests()
-	for i := range cands {
-		if i == best || costs[i] > bound || !r.idle(&cands[i]) {
-			continue
-		}
-		l := cands[i].state.RecentRequests()
-		if s := rendezvous(anchor, cands[i].ep); l < load || (l == load && s > top) {
-			pick, top, load = i, s, l
-		}
-	}
-	return pick
 }

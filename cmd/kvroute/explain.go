@@ -111,12 +111,15 @@ func printExplanation(w io.Writer, x *routing.Explanation) error {
 	} else {
 		fmt.Fprintf(w, "no pick: outcome %s, reason %s, status %d: %s\n", x.Outcome, x.Reason, x.Status, x.Error)
 	}
+	if x.SlackBound > 0 {
+		fmt.Fprintf(w, "candidates costing up to %s s compete on cache turnover (SLACK yes); the least TURNOVER is picked\n", figure(x.SlackBound))
+	}
 	if len(x.Candidates) == 0 {
 		fmt.Fprintln(w, "no endpoint weighed (the decision ended before choosing a replica)")
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nENDPOINT\tADDRESS\tELIGIBLE\tMATCHED\tGPU\tCPU\tWEIGHTED\tIN_FLIGHT\tQUEUED_TOK\tQUEUE_S\tKV_USAGE\tRECENT\tUNCACHED\tCOST_S\tPICK")
+	fmt.Fprintln(tw, "\nENDPOINT\tADDRESS\tELIGIBLE\tMATCHED\tGPU\tCPU\tWEIGHTED\tIN_FLIGHT\tQUEUED_TOK\tQUEUE_S\tKV_USAGE\tUNCACHED\tCOST_S\tRECENT_TOK\tTURNOVER\tSLACK\tPICK")
 	for _, c := range x.Candidates {
 		el := "yes"
 		if !c.Eligible {
@@ -127,12 +130,20 @@ func printExplanation(w io.Writer, x *routing.Explanation) error {
 			pick = "<-"
 		}
 		if !c.Weighed {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", c.Name, c.Address, el, pick)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", c.Name, c.Address, el, pick)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Address, el,
+		slack := "-"
+		if x.SlackBound > 0 {
+			slack = "no"
+			if c.WithinSlack {
+				slack = "yes"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Address, el,
 			c.MatchedBlocks, c.GPUBlocks, c.CPUBlocks, figure(c.WeightedBlocks), c.InFlight, figure(c.QueuedTokens),
-			figure(c.QueueSeconds), figure(c.KVUsage), figure(c.RecentRequests), figure(c.UncachedTokens), figure(c.Cost), pick)
+			figure(c.QueueSeconds), figure(c.KVUsage), figure(c.UncachedTokens), figure(c.Cost),
+			figure(c.RecentUncachedTokens), figure(c.TurnoverTokens), slack, pick)
 	}
 	return tw.Flush()
 }

@@ -20,7 +20,7 @@ import (
 // until a scrape shows them, and a foreign request being prefilled shows as
 // running, which costs nothing at foreign_running_share 0 (the default).
 // The test pins what the simulator found: with a 50 ms scrape, a share of
-// 0.5 cuts kvroute's TTFT p90 by at least 10 % (means of three runs), and
+// 0.5 cuts kvroute's TTFT p90 by at least 5 % (means of three runs), and
 // three kvroutes keep more hits than three approx-prefix gateways.
 func TestThreeGatewaysForeignRunningShare(t *testing.T) {
 	src := gatewaysWorkload(t)
@@ -51,8 +51,8 @@ func TestThreeGatewaysForeignRunningShare(t *testing.T) {
 	}
 	def := run("kvroute (default)", PolicyKVRoute, "", 50*time.Millisecond, repeats)
 	half := run("kvroute share 0.5", PolicyKVRoute, "{foreign_running_share: 0.5}", 50*time.Millisecond, repeats)
-	if half.p90 > 0.9*def.p90 {
-		t.Errorf("50 ms scrape: share 0.5 p90 %.0f ms, not 10 %% under the default's %.0f ms", 1000*half.p90, 1000*def.p90)
+	if half.p90 > 0.95*def.p90 {
+		t.Errorf("50 ms scrape: share 0.5 p90 %.0f ms, not 5 %% under the default's %.0f ms", 1000*half.p90, 1000*def.p90)
 	}
 	if def.hit <= ap.hit || half.hit <= ap.hit {
 		t.Errorf("three kvroutes (%.1f %%, %.1f %%) do not keep more hits than three approx-prefix gateways (%.1f %%)", 100*def.hit, 100*half.hit, 100*ap.hit)

@@ -16,8 +16,8 @@ import (
 // idle when a document first arrives. Placing documents by the rendezvous
 // hash alone put three or four on one engine, which then evicted them
 // (61.0 % token hits at 8 req/s against approx-prefix's 73.2 %, the
-// infinite-cache bound); the occupancy bound of sticky placement
-// (extproc.placementOccupancySlack) spreads them. kvroute must reach
+// infinite-cache bound); placing each on the replica whose cache was
+// written least lately (routing's spread) spreads them. kvroute must reach
 // approx-prefix's hit rate within one point.
 func TestLightLoadSharedDocumentsHitAsOftenAsApproxPrefix(t *testing.T) {
 	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
