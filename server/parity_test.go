@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/internal/vllmemu"
@@ -29,21 +31,29 @@ type emu struct {
 	srv *httptest.Server
 }
 
+// The qwen3 tokenizer and chat template, loaded once for the test binary.
+var (
+	emuOnce sync.Once
+	emuTok  *tokenize.Tokenizer
+	emuChat *chattemplate.ChatTemplates
+	emuErr  error
+)
+
 // emuOptions are an engine that agrees with parityConfig's pool: the qwen3
 // tokenizer and chat template, block size 16, sha256, PYTHONHASHSEED 0.
 func emuOptions(t *testing.T) vllmemu.Options {
 	t.Helper()
 	dir := testdata.TokenizerDir(t, "qwen3")
-	tok, err := tokenize.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ct, err := vllmemu.LoadChatTemplates(tok, dir, "")
-	if err != nil || ct == nil {
-		t.Fatalf("qwen3 chat template: %v", err)
+	emuOnce.Do(func() {
+		if emuTok, emuErr = tokenize.Load(dir); emuErr == nil {
+			emuChat, emuErr = vllmemu.LoadChatTemplates(emuTok, dir, "")
+		}
+	})
+	if emuErr != nil || emuChat == nil {
+		t.Fatalf("qwen3 tokenizer and chat template: %v", emuErr)
 	}
 	seed := "0"
-	return vllmemu.Options{Model: "qwen", Tokenizer: tok, Chat: ct, BlockSize: blockSize, Seed: &seed,
+	return vllmemu.Options{Model: "qwen", Tokenizer: emuTok, Chat: emuChat, BlockSize: blockSize, Seed: &seed,
 		HashAlgo: blockhash.SHA256, EventsEndpoint: "tcp://127.0.0.1:0",
 		PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, Logger: quietLogger()}
 }
