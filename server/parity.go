@@ -336,6 +336,15 @@ func (p *parity) tokenize(ctx context.Context, address string, body []byte) ([]i
 	if len(raw) > maxTokenizeBytes {
 		return nil, fmt.Errorf("/tokenize answer over %d bytes", maxTokenizeBytes)
 	}
+	return parseTokenizeAnswer(raw)
+}
+
+// parseTokenizeAnswer decodes vLLM's /tokenize answer (at most
+// maxTokenizeBytes): its tokens, which its count must agree with.
+func parseTokenizeAnswer(raw []byte) ([]int, error) {
+	if len(raw) > maxTokenizeBytes {
+		return nil, fmt.Errorf("/tokenize answer over %d bytes", maxTokenizeBytes)
+	}
 	var ans struct {
 		Tokens []int `json:"tokens"`
 		Count  *int  `json:"count"`

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +96,17 @@ pools:
 	if st := v.Replicas[1].Parity["block_size"]; v.Replicas[1].Replica != "bad" || st.State != "mismatch" {
 		t.Errorf("--json: bad's block_size %+v", st)
 	}
+	// kvroute explain names the pool's mismatches too.
+	bodyFile := filepath.Join(t.TempDir(), "req.json")
+	if err := os.WriteFile(bodyFile, []byte(`{"model":"m","prompt":"hello"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(t.Context(), []string{"explain", "--admin", admin, "--path", "/v1/completions", "--body", bodyFile},
+		stdio{strings.NewReader(""), &out, &errOut}); code != 0 || !strings.Contains(out.String(), "parity mismatches in the pool") ||
+		!strings.Contains(out.String(), "bad block_size: engine announces") {
+		t.Errorf("explain exit %d: %s%s", code, out.String(), errOut.String())
+	}
+	out.Reset()
 	if code := run(t.Context(), []string{"status"}, stdio{strings.NewReader(""), &out, &errOut}); code == 0 {
 		t.Error("status without --admin succeeded")
 	}
