@@ -24,6 +24,7 @@ type Config struct {
 	Ingest  Ingest  `yaml:"ingest"`
 	Tracing Tracing `yaml:"tracing"`
 	Peers   Peers   `yaml:"peers"`
+	Parity  Parity  `yaml:"parity"`
 	Pools   []Pool  `yaml:"pools"`
 }
 

@@ -110,6 +110,7 @@ func Default() Config {
 			HealthInterval:      Duration(DefaultHealthInterval),
 			MaxMessageBytes:     DefaultMaxMessageBytes,
 		},
+		Parity: defaultParity(),
 		Peers: Peers{
 			HeartbeatInterval: Duration(DefaultPeerHeartbeat),
 			PeerTimeout:       Duration(DefaultPeerTimeout),

@@ -84,6 +84,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	v.peers(&c.Peers)
+	v.parity(&c.Parity)
 	if c.Ingest.Bind != "" {
 		v.zmq("ingest.bind", c.Ingest.Bind, true)
 	}

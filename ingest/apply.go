@@ -71,6 +71,10 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 		return
 	}
 	ps := rs.pool
+	if ev.BlockSize > 0 && ev.BlockSize != rs.eventBS {
+		rs.eventBS = ev.BlockSize
+		rs.st.update(func(st *rankStatus) { st.EventBlockSize = ev.BlockSize })
+	}
 	full := ev.BlockSize > 0 && len(ev.TokenIDs) == len(ev.BlockHashes)*ev.BlockSize
 	if full && ps.keys.Learn(ev.BlockSize) {
 		rs.mgr.log.Info("ingest: learned block size from KV events", "pool", ps.in.Name, "block_size", ev.BlockSize)
@@ -206,6 +210,9 @@ func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 	}
 	verdict, reason := blockhash.SelfCheck(e, run)
 	rs.mgr.m.selfCheck.WithLabelValues(ps.in.Name, verdict.String()).Inc()
+	if verdict == blockhash.Match {
+		rs.st.update(func(st *rankStatus) { st.SelfChecks++; st.LastSelfCheck = verdict.String() })
+	}
 	if verdict != blockhash.Mismatch {
 		return
 	}
@@ -214,6 +221,8 @@ func (rs *rankState) selfCheck(ev *vllmevent.Event) {
 	var warn bool
 	rs.st.update(func(st *rankStatus) {
 		st.SchemeMismatches++
+		st.SelfChecks++
+		st.LastSelfCheck = verdict.String()
 		if now.Sub(st.lastMismatchLog) >= time.Minute {
 			st.lastMismatchLog, warn = now, true
 		}

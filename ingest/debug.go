@@ -32,6 +32,16 @@ type rankStatus struct {
 	HasHitRate       bool
 	ScrapeFailures   int64
 	LastScrapeAt     time.Time
+	// What the engine announces: the block_size of its last BlockStored
+	// event, and its vllm:cache_config_info block_size and
+	// prefix_caching_hash_algo labels (0 and "": not seen).
+	EventBlockSize  int
+	EngineBlockSize int
+	EngineHashAlgo  string
+	// Block-hash self-checks that ran (match or mismatch) and the verdict of
+	// the last one ("" before the first).
+	SelfChecks    int64
+	LastSelfCheck string
 
 	lastMismatchLog time.Time
 }
@@ -94,6 +104,13 @@ type ReplicaStatus struct {
 	Load             *LoadView  `json:"load"`
 	PrefixHitRate    *float64   `json:"prefix_cache_hit_rate"`
 	PoolBlockSize    int        `json:"pool_block_size"`
+	// What the engine announces (0 and "": not seen yet) and the block-hash
+	// self-checks of its BlockStored runs.
+	EventBlockSize      int    `json:"event_block_size"`
+	EngineBlockSize     int    `json:"engine_block_size"`
+	EngineHashAlgorithm string `json:"engine_hash_algorithm"`
+	SelfChecks          int64  `json:"self_checks"`
+	LastSelfCheck       string `json:"last_self_check,omitempty"`
 }
 
 // LoadView is a replica's last /metrics reading.
@@ -117,6 +134,8 @@ func (m *Manager) Status() []ReplicaStatus {
 			QueueDrops: s.QueueDrops, ParentUnknown: s.ParentUnknown, SchemeMismatches: s.SchemeMismatches,
 			SeqJumps:   s.SeqJumps,
 			LagSeconds: s.LagSeconds, LastError: s.LastError, PoolBlockSize: rs.pool.keys.BlockSize(),
+			EventBlockSize: s.EventBlockSize, EngineBlockSize: s.EngineBlockSize, EngineHashAlgorithm: s.EngineHashAlgo,
+			SelfChecks: s.SelfChecks, LastSelfCheck: s.LastSelfCheck,
 		}
 		if s.HasSeq {
 			seq := s.LastSeq

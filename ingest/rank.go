@@ -48,6 +48,7 @@ type rankState struct {
 	groupKinds map[int]bool // group_idx → applied (prefix-keeping kind)
 	checks     int
 	limits     bindLimits
+	eventBS    int // the block_size of the last BlockStored event (status copy)
 
 	st statusBox
 }

@@ -311,6 +311,12 @@ func (sc *scraper) checkCacheConfig(fams map[string]*dto.MetricFamily) {
 		return
 	}
 	ps := sc.pool
+	bsLabel, _ := label(m, labelBlockSize)
+	algoLabel, _ := label(m, labelHashAlgorithm)
+	announced, _ := strconv.Atoi(bsLabel)
+	for _, rs := range sc.ranks {
+		rs.st.update(func(st *rankStatus) { st.EngineBlockSize, st.EngineHashAlgo = max(announced, 0), boundLabel(algoLabel) })
+	}
 	if v, ok := label(m, labelBlockSize); ok {
 		if bs, err := strconv.Atoi(v); err == nil && bs > 0 {
 			if ps.keys.Learn(bs) {
@@ -326,6 +332,15 @@ func (sc *scraper) checkCacheConfig(fams map[string]*dto.MetricFamily) {
 			sc.mismatch("hash_algorithm", v, func() { sc.ranks[0].met.mismatchAlgo.Inc() }, "configured", a.String())
 		}
 	}
+}
+
+// boundLabel keeps an engine-announced label value short enough to show.
+func boundLabel(v string) string {
+	const maxLabel = 64
+	if len(v) > maxLabel {
+		return v[:maxLabel]
+	}
+	return v
 }
 
 func (sc *scraper) mismatch(field, engineValue string, count func(), args ...any) {

@@ -147,6 +147,7 @@ func (r *Router) BeginBlocks(d *Decision) {
 	if d.Endpoint == nil {
 		return
 	}
+	r.countFunnel(d)
 	r.holdBlocks(d.Endpoint.Replica, d.Keys, d.matchedBlocks)
 }
 

@@ -20,7 +20,10 @@ const (
 	ReasonHashError        = "hash_error"
 	ReasonBlockSizeUnknown = "block_size_unknown"
 	ReasonNoEligible       = "no_eligible_replica"
-	ReasonBodyTooLarge     = "body_too_large"
+	// ReasonParityMismatch: a replica of the pool disagrees with the pool's
+	// config and parity.on_mismatch is route_by_load.
+	ReasonParityMismatch = "parity_mismatch"
+	ReasonBodyTooLarge   = "body_too_large"
 	// Over the per-request limits (routing.max_prompt_bytes,
 	// max_prompt_tokens, max_messages) or the in-flight decision budget
 	// (routing.max_decide_bytes_in_flight): routed by load, untokenized.

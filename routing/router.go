@@ -114,6 +114,8 @@ type Router struct {
 	tieBreak func(n int) int
 	// sharer, when set, hears of every request begun and ended (SetSharer).
 	sharer atomic.Pointer[Sharer]
+	// funnel, when set, counts where routed prompt tokens went (SetFunnel).
+	funnel atomic.Pointer[Funnel]
 }
 
 type modelRef struct {
@@ -126,6 +128,8 @@ type pool struct {
 	// eps is the pool's current endpoints (PoolConfig.Endpoints at first),
 	// replaced whole by SetEndpoints; a decision reads it once.
 	eps atomic.Pointer[[]Endpoint]
+	// loadOnly: the pool routes by load alone (SetLoadOnly).
+	loadOnly atomic.Bool
 }
 
 // endpoints is the pool's endpoint list now; never modified.
@@ -349,6 +353,9 @@ func (r *Router) DecideIDs(model string, ids []int) Decision {
 func (r *Router) decideIDs(p *pool, lora, salt string, ids []int, subset map[string]bool, rec *Recorder) Decision {
 	if rec != nil {
 		rec.promptTokens = len(ids)
+	}
+	if p.loadOnly.Load() {
+		return r.byLoad(p, subset, ReasonParityMismatch, nil, rec)
 	}
 	k, err := p.Keys.KeySet()
 	if err != nil {

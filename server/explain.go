@@ -48,7 +48,7 @@ func NewAdminMetrics(reg prometheus.Registerer) *prometheus.CounterVec {
 // over). At most cap(slots()) are served at once, each holding a token of
 // slots() while it runs; one more is answered 503 before its body is read.
 // Logs and metrics carry lengths and outcomes, never the body or path.
-func explainHandler(router *routing.Router, limit int, slots func() chan struct{}, log *slog.Logger, reg prometheus.Registerer) http.Handler {
+func explainHandler(router *routing.Router, par *parity, limit int, slots func() chan struct{}, log *slog.Logger, reg prometheus.Registerer) http.Handler {
 	requests := NewAdminMetrics(reg)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sem := slots()
@@ -96,6 +96,15 @@ func explainHandler(router *routing.Router, limit int, slots func() chan struct{
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(x)
+		found, _ := par.mismatches(x.Pool)
+		_ = enc.Encode(explained{Explanation: x, Parity: found})
 	})
+}
+
+// explained is POST /debug/explain's answer: the decision and the parity
+// mismatches of its pool (a pool routing by load for them shows reason
+// parity_mismatch).
+type explained struct {
+	routing.Explanation
+	Parity []ParityFinding `json:"parity_mismatches,omitempty"`
 }

@@ -115,6 +115,7 @@ func (s *Server) Reload(cfg *config.Config) (changed bool, err error) {
 		}
 	}
 	s.cfg = cfg
+	s.parity.kickAll()
 	return true, errors.Join(errs...)
 }
 

@@ -140,6 +140,7 @@ func (s *Server) SetReplicas(pool string, reps []Replica) error {
 		return err
 	}
 	for name, lr := range cur {
+		s.parity.remove(pool, name)
 		s.ingest.RemoveReplica(pool, name)
 		for _, rl := range lr.ranks {
 			s.ix.RemoveReplica(rl.r)
@@ -156,6 +157,7 @@ func (s *Server) SetReplicas(pool string, reps []Replica) error {
 			next = slices.DeleteFunc(next, func(x *liveReplica) bool { return x == lr })
 			continue
 		}
+		s.parity.add(pool, lr.Config.Name, lr.Config.Address, lp.cfg.Models)
 		f.changes.WithLabelValues(pool, changed[lr.Config.Name]).Inc()
 		s.log.Info("replica "+map[string]string{changeJoin: "joined", changeReplace: "replaced"}[changed[lr.Config.Name]],
 			"pool", pool, "replica", lr.Config.Name, "address", lr.Config.Address, "ranks", len(lr.ranks))

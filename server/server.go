@@ -77,6 +77,9 @@ type Server struct {
 	stopTracing func(context.Context) error
 	// mesh is the peer mesh (nil: peers.listen is "").
 	mesh *mesh.Mesh
+	// parity checks every replica's engine against its pool's config.
+	parity *parity
+	funnel *routing.Funnel
 }
 
 // Panic components of kvroute_panics_total recovered here.
@@ -175,6 +178,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router,
 		fleet: newFleet(lay, reg), reload: newReloadMetrics(reg), bind: cfg.Ingest.Bind != "", baseDir: opts.BaseDir,
 		stopTracing: stopTracing}
+	s.startParity(reg)
 	if s.sources, err = s.buildSources(discovery.NewMetrics(reg)); err != nil {
 		return nil, err
 	}
@@ -238,6 +242,7 @@ func (s *Server) Run(ctx context.Context) error {
 			s.mesh.Run(ctx)
 		})
 	}
+	wg.Go(func() { s.parity.run(ctx) })
 	wg.Go(func() {
 		s.supervise(ctx, panicReadiness, func() { extproc.WatchReadiness(ctx, s.health, s.Ready, time.Second) })
 	})
@@ -321,14 +326,8 @@ func (s *Server) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.Ready() {
-			http.Error(w, "not ready: some pool has no replica with a live event stream or load data yet", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	mux.Handle("GET /debug/replicas", s.ingest.DebugHandler())
-	mux.Handle("POST /debug/explain", explainHandler(s.router, s.cfg.Routing.BodyLimitBytes, func() chan struct{} { return s.explainSlots }, s.log, s.reg))
+	mux.HandleFunc("GET /readyz", s.serveReadyz)
+	mux.HandleFunc("GET /debug/replicas", s.serveReplicas)
+	mux.Handle("POST /debug/explain", explainHandler(s.router, s.parity, s.cfg.Routing.BodyLimitBytes, func() chan struct{} { return s.explainSlots }, s.log, s.reg))
 	return mux
 }

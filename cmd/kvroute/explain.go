@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/routing"
+	"github.com/kvroute/kvroute/server"
 )
 
 // Bounds of `kvroute explain`: the request body it sends (the server applies
@@ -92,7 +93,28 @@ func runExplain(ctx context.Context, args []string, io stdio) error {
 	if err := json.Unmarshal(answer, &x); err != nil {
 		return fmt.Errorf("answer is not an explanation: %w", err)
 	}
-	return printExplanation(io.out, &x)
+	if err := printExplanation(io.out, &x); err != nil {
+		return err
+	}
+	return printParityFindings(io.out, answer)
+}
+
+// printParityFindings writes the parity mismatches of the decision's pool
+// (POST /debug/explain's parity_mismatches), if any.
+func printParityFindings(w io.Writer, answer []byte) error {
+	var p struct {
+		Parity []server.ParityFinding `json:"parity_mismatches"`
+	}
+	if json.Unmarshal(answer, &p) != nil || len(p.Parity) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nparity mismatches in the pool (kvroute status shows every check):\n")
+	for _, f := range p.Parity {
+		if _, err := fmt.Fprintf(w, "  %s %s: %s\n", f.Replica, f.Check, f.Evidence); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printExplanation writes x as a summary and one table row per endpoint.

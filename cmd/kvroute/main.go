@@ -37,6 +37,7 @@ var subcommands = []subcommand{
 	{"chat-template", "render a chat template with a JSON context on stdin: chat-template render --template-file F [--now RFC3339]", runChatTemplate},
 	{"tokenize", "print the token ids of text on stdin: tokenize --tokenizer DIR [--no-special-tokens] [--jsonl | --chat]", runTokenize},
 	{"events", "print a raw vLLM KV-event payload on stdin as JSON: events decode [--hex] [--pretty]", runEvents},
+	{"status", "show every pool and replica of a running kvroute: health, parity checks, prompt-token funnel: status --admin ADDR [--json]", runStatus},
 	{"explain", "show the replica a running kvroute would pick for a request, and why: explain --admin ADDR --path P --body FILE [--json]", runExplain},
 }
 

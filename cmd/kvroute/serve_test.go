@@ -61,7 +61,7 @@ func startServeAt(t *testing.T, path, cfg string, flags ...string) (extProc, adm
 			t.Errorf("serve exited %d: %s", code, logs.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for extProc == "" || admin == "" {
 		if time.Now().After(deadline) {
 			t.Fatalf("serve did not log its listeners: %s", logs.String())

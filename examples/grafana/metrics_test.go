@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/mesh"
+	"github.com/kvroute/kvroute/routing"
 	"github.com/kvroute/kvroute/server"
 )
 
@@ -54,6 +55,8 @@ func kvrouteMetrics() (map[string][]string, error) {
 	server.NewReloadMetrics(rec)
 	discovery.NewMetrics(rec)
 	mesh.NewMetrics(rec)
+	server.NewParityMetrics(rec)
+	routing.NewFunnel(rec, []string{"p"})
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, Registerer: rec})
 	cfg, err := config.Parse([]byte(`
 pools:

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kvroute/kvroute/routing"
+	"github.com/kvroute/kvroute/server"
+)
+
+// maxStatusAnswerBytes bounds the /debug/replicas answer `kvroute status`
+// reads (a few KiB per replica rank).
+const maxStatusAnswerBytes = 64 << 20
+
+// statusChecks are the parity checks in the order status prints them.
+var statusChecks = []string{"tokens", "hashes", "block_size", "hash_algorithm"}
+
+// runStatus implements `kvroute status`: it reads a running kvroute's
+// admin GET /debug/replicas and prints every pool and replica for a person
+// (or the JSON answer).
+func runStatus(ctx context.Context, args []string, io stdio) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(io.err)
+	fs.Usage = func() {
+		fmt.Fprintln(io.err, "usage: kvroute status --admin ADDR [--json]")
+		fmt.Fprintln(io.err, "  asks a running kvroute's admin listener for every pool and replica: health, parity checks with their evidence, where prompt tokens went, index size, event lag, replays and restarts")
+		fs.PrintDefaults()
+	}
+	admin := fs.String("admin", "", "the admin listener, host:port or http://host:port (listen.admin)")
+	asJSON := fs.Bool("json", false, "print the JSON answer instead of tables")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *admin == "" || fs.NArg() != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	base := *admin
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/debug/replicas", nil)
+	if err != nil {
+		return fmt.Errorf("--admin: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	answer, err := readAllLimited(resp.Body, maxStatusAnswerBytes)
+	if err != nil {
+		return fmt.Errorf("answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(answer[:min(len(answer), 512)])))
+	}
+	if *asJSON {
+		_, err := io.out.Write(answer)
+		return err
+	}
+	var v server.ReplicasView
+	if err := json.Unmarshal(answer, &v); err != nil {
+		return fmt.Errorf("answer is not a replicas view: %w", err)
+	}
+	return printStatus(io.out, &v)
+}
+
+// printStatus writes v as one block per pool: its routing mode, index size
+// and prompt-token funnel, a table of its replica ranks, and the evidence of
+// every check that does not match.
+func printStatus(w io.Writer, v *server.ReplicasView) error {
+	for i, p := range v.Pools {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "pool %s: routing by %s, %d index entries, %d parity mismatches\n", p.Pool,
+			map[string]string{"prefix": "prefix and load", "load_only": "load only (parity mismatch)"}[p.Routing], p.IndexEntries, len(p.ParityMismatches))
+		var total int64
+		for _, n := range p.PromptTokens {
+			total += n
+		}
+		fmt.Fprintf(w, "prompt tokens routed: %d", total)
+		for _, o := range routing.TokenOutcomes {
+			n := p.PromptTokens[o]
+			if total > 0 {
+				fmt.Fprintf(w, ", %s %d (%.1f%%)", o, n, 100*float64(n)/float64(total))
+			} else {
+				fmt.Fprintf(w, ", %s %d", o, n)
+			}
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprint(tw, "REPLICA\tRANK\tHEALTHY\tEVENTS\tBLOCKS\tLAG_S\tREPLAYS\tRESTARTS\tGAPS\tSCHEME_MISMATCHES")
+		for _, c := range statusChecks {
+			fmt.Fprintf(tw, "\t%s", strings.ToUpper(c))
+		}
+		fmt.Fprintln(tw)
+		var evidence []string
+		for _, r := range v.Replicas {
+			if r.Pool != p.Pool {
+				continue
+			}
+			events := "connected"
+			switch {
+			case r.Events == "":
+				events = "-"
+			case !r.Connected:
+				events = "disconnected"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.3f\t%d\t%d\t%d\t%d", r.Replica, r.DPRank, yesNo(r.Healthy), events,
+				r.BlocksHeld, r.LagSeconds, r.Replays, r.Restarts, r.Gaps, r.SchemeMismatches)
+			for _, c := range statusChecks {
+				st, ok := r.Parity[c]
+				if !ok {
+					fmt.Fprint(tw, "\t-")
+					continue
+				}
+				fmt.Fprintf(tw, "\t%s", st.State)
+				if r.DPRank == 0 && st.State != "match" && st.Evidence != "" {
+					evidence = append(evidence, fmt.Sprintf("  %s %s %s since %s: %s", r.Replica, c, st.State, st.Since.UTC().Format(time.RFC3339), st.Evidence))
+				}
+			}
+			fmt.Fprintln(tw)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(evidence) > 0 {
+			fmt.Fprintln(w, "checks not matching:")
+			for _, e := range evidence {
+				fmt.Fprintln(w, e)
+			}
+		}
+	}
+	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
