@@ -61,8 +61,9 @@ func (s *Server) serveAdmin(ln net.Listener, b adminBounds) error {
 	return srv.Serve(netutil.LimitListener(ln, b.maxConns))
 }
 
-// newAdminConnsGauge registers kvroute_admin_connections.
-func newAdminConnsGauge(reg prometheus.Registerer) prometheus.Gauge {
+// NewAdminConnsGauge registers kvroute_admin_connections, the admin
+// listener's open connections.
+func NewAdminConnsGauge(reg prometheus.Registerer) prometheus.Gauge {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_admin_connections",
 		Help: fmt.Sprintf("Connections the admin listener holds (at most %d; further ones wait to be accepted).", adminMaxConns)})
 	reg.MustRegister(g)

@@ -197,7 +197,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("listen.admin: %w", err)
 		}
 		s.admin = &http.Server{Handler: s.recoverHTTP(s.adminMux())}
-		s.adminBounds, s.adminConns = defaultAdminBounds, newAdminConnsGauge(reg)
+		s.adminBounds, s.adminConns = defaultAdminBounds, NewAdminConnsGauge(reg)
 	}
 	return s, nil
 }

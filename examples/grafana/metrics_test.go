@@ -51,6 +51,7 @@ func kvrouteMetrics() (map[string][]string, error) {
 	rec := &recorder{}
 	extproc.NewMetrics(rec)
 	server.NewAdminMetrics(rec)
+	server.NewAdminConnsGauge(rec)
 	server.NewFleetMetrics(rec)
 	server.NewReloadMetrics(rec)
 	discovery.NewMetrics(rec)
