@@ -30,6 +30,7 @@ type subcommand struct {
 var subcommands = []subcommand{
 	{"demo", "start emulated vLLM replicas and kvroute, compare kvroute with round-robin: demo [--bin DIR]", runDemo},
 	{"run", "the routing-quality benchmark on an in-process fleet: run [--out DIR] [flags]", runBench},
+	{"gateway", "a loopback stand-in for Envoy in front of kvroute, for development and tests: gateway --listen ADDR --extproc ADDR [--debug-headers]", runGateway},
 	{"sim", "replay a Mooncake trace on a simulated fleet in virtual time: sim --trace FILE [--engines N] [--out DIR] [--policies LIST] [--kv-blocks N]", runSim},
 	{"suite", "the routing suite: traces and workload families × gateways × seeds × loads, goals met or missed: suite [--quick] [--out DIR]", runSuite},
 }
@@ -78,6 +79,6 @@ func run(ctx context.Context, args []string, io stdio) int {
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "usage: kvroute-bench COMMAND [FLAGS]")
 	for _, sc := range subcommands {
-		fmt.Fprintf(w, "  %-6s %s\n", sc.name, sc.summary)
+		fmt.Fprintf(w, "  %-7s %s\n", sc.name, sc.summary)
 	}
 }

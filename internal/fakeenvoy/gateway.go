@@ -34,7 +34,20 @@ type Gateway struct {
 	client extprocv3.ExternalProcessorClient
 	proxy  *httputil.ReverseProxy
 	log    *slog.Logger
+
+	// DebugHeaders copies the routing headers the processor set on the
+	// request (x-kvroute-* and the destination) onto the answer, so a client
+	// sees where its request went and why. Envoy does not do this.
+	DebugHeaders bool
+	// FailStatus, when not 0, answers a failed ext_proc exchange (transport
+	// or protocol) and an engine that cannot be reached with this status and
+	// a message naming the failing leg, instead of Envoy's 500 and 503.
+	FailStatus int
 }
+
+// debugHeaderPrefix marks the processor's debug headers (extproc's
+// HeaderDebug* and HeaderScores).
+const debugHeaderPrefix = "x-kvroute-"
 
 // NewGateway connects to the ext_proc server at extProcAddr (plaintext gRPC).
 func NewGateway(extProcAddr string, cfg Config, log *slog.Logger) (*Gateway, error) {
@@ -58,7 +71,12 @@ func NewGateway(extProcAddr string, cfg Config, log *slog.Logger) (*Gateway, err
 		Rewrite:       func(*httputil.ProxyRequest) {}, // the handler fills the outgoing request
 		Transport:     transport,
 		FlushInterval: -1, // stream SSE as it comes
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if g.FailStatus != 0 {
+				g.log.Warn("engine failed", "engine", r.URL.Host, "err", err)
+				http.Error(w, "engine "+r.URL.Host+" failed: "+err.Error(), g.FailStatus)
+				return
+			}
 			http.Error(w, "upstream connect error: "+err.Error(), http.StatusServiceUnavailable)
 		},
 	}
@@ -94,6 +112,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			responded = true
 			g.forward(w, r, res)
 		})
+	if err == nil && !responded {
+		g.forward(w, r, res) // a local reply before the exchange (413 above the buffer limit)
+		return
+	}
 	if err != nil {
 		g.log.Warn("ext_proc exchange failed", "err", err, "status", res.Status)
 		if responded {
@@ -101,6 +123,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if res.Status == 0 {
 			res.Status = http.StatusInternalServerError
+		}
+		if g.FailStatus != 0 && res.Status != http.StatusGatewayTimeout {
+			res.Status = g.FailStatus
 		}
 		http.Error(w, "ext_proc: "+err.Error(), res.Status)
 	}
@@ -135,6 +160,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, res Result) {
 	}
 	out.Body = io.NopCloser(bytes.NewReader(res.Body))
 	out.ContentLength = int64(len(res.Body))
+	if g.DebugHeaders {
+		// The proxy adds the engine's headers to these.
+		for k, v := range res.Headers {
+			if k == DestinationHeader || strings.HasPrefix(k, debugHeaderPrefix) {
+				w.Header().Set(k, v)
+			}
+		}
+	}
 	g.proxy.ServeHTTP(w, out)
 }
 
