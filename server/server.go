@@ -262,6 +262,7 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 		s.log.Info("admin listening", "addr", s.adminLn.Addr().String())
 	}
+	s.warnExposed()
 	s.log.Info("kvroute started", "pools", len(s.fleet.pools))
 	<-ctx.Done()
 	s.log.Info("kvroute stopping")
