@@ -76,7 +76,17 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(strings.ToUpper(c.Level)))
 	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(slog.NewTextHandler(w, opts)) // durations as 1.5s already
 	}
+	opts.ReplaceAttr = durationsAsText
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// durationsAsText renders a time.Duration attribute as "100ms" rather than
+// the JSON handler's integer nanoseconds, which a reader takes for a count.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 )
 
@@ -247,5 +249,20 @@ pools:
 	}
 	if metric(`kvroute_replica_ranks{pool="p"}`) != "2" {
 		t.Fatal("a refused reload changed the replica set")
+	}
+}
+
+// TestJSONLogsDurationsAsDurations: a backoff of 100 ms reads "100ms" in the
+// JSON log, not 100000000 (nanoseconds), also inside a group.
+func TestJSONLogsDurationsAsDurations(t *testing.T) {
+	var buf bytes.Buffer
+	log := newLogger(config.Log{Level: "info", Format: "json"}, &buf)
+	log.Info("reconnecting", "backoff", 100*time.Millisecond, slog.Group("g", "wait", 1500*time.Millisecond), "n", 3)
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["backoff"] != "100ms" || got["g"].(map[string]any)["wait"] != "1.5s" || got["n"] != float64(3) {
+		t.Fatalf("log line %s", buf.Bytes())
 	}
 }
