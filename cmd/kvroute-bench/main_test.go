@@ -85,3 +85,17 @@ func TestRunWritesTableAndChart(t *testing.T) {
 		t.Fatalf("chart: %v", err)
 	}
 }
+
+// TestFlagHelpHasNoStrayText: a back-quoted word in a flag's usage becomes
+// its argument name in the help ("-bin make build"); each flag line names
+// the flag and at most one argument.
+func TestFlagHelpHasNoStrayText(t *testing.T) {
+	for _, sc := range subcommands {
+		_, _, errs := runCmd(t, sc.name, "--help")
+		for _, line := range strings.Split(errs, "\n") {
+			if strings.HasPrefix(line, "  -") && len(strings.Fields(line)) > 2 {
+				t.Errorf("%s --help: %q", sc.name, line)
+			}
+		}
+	}
+}
