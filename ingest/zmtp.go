@@ -85,6 +85,15 @@ type refusal struct {
 
 type frameLimitKey struct{}
 
+// CappedContext is ctx carrying a frame limit for a zmq4 socket created
+// with it and dialled or bound on CappedEndpoint: a peer whose frame header
+// announces more than maxMessageBytes (alone or with the frames of its
+// message before it) is disconnected before zmq4 allocates anything, and
+// the socket's Recv fails with the lengths. `kvroute events tail` uses it.
+func CappedContext(ctx context.Context, maxMessageBytes uint64) context.Context {
+	return withFrameLimit(ctx, &frameLimit{maxMessageBytes: maxMessageBytes})
+}
+
 func withFrameLimit(ctx context.Context, l *frameLimit) context.Context {
 	return context.WithValue(ctx, frameLimitKey{}, l)
 }

@@ -17,11 +17,20 @@ const maxEventPayloadBytes = 64 << 20
 
 // runEvents implements `kvroute events decode`: it reads one raw vLLM
 // KVEventBatch payload (the third ZMQ frame) on stdin and prints it as JSON,
-// int hashes as exact integers and bytes hashes as hex strings.
-func runEvents(_ context.Context, args []string, io stdio) error {
+// int hashes as exact integers and bytes hashes as hex strings; `events
+// tail` (runEventsTail) reads them from an engine.
+func runEvents(ctx context.Context, args []string, io stdio) error {
 	usage := func() {
 		fmt.Fprintln(io.err, "usage: kvroute events decode [--hex] [--pretty] < payload")
-		fmt.Fprintln(io.err, "  payload: one msgpack KVEventBatch as vLLM publishes it (the third frame of [topic, seq, payload])")
+		fmt.Fprintln(io.err, "       kvroute events tail --events ADDR [--replay ADDR] [--count N | --for D]  (kvroute events tail --help)")
+		fmt.Fprintln(io.err, "  payload: one msgpack KVEventBatch as vLLM publishes it (the third frame of [topic, seq, payload]).")
+		fmt.Fprintln(io.err, "  To capture one from a running engine (its kv_events_config endpoint):")
+		fmt.Fprintln(io.err, "    kvroute events tail --events tcp://HOST:5557 --count 1 --payload-hex | jq -r .payload_hex > batch.hex")
+		fmt.Fprintln(io.err, "    kvroute events decode --hex --pretty < batch.hex")
+		fmt.Fprintln(io.err, "  (events tail prints the batches decoded already; the output contains prompt token ids.)")
+	}
+	if len(args) > 0 && args[0] == "tail" {
+		return runEventsTail(ctx, args[1:], io)
 	}
 	if len(args) == 0 || args[0] != "decode" {
 		usage()

@@ -36,7 +36,7 @@ var subcommands = []subcommand{
 	{"hash", "print vLLM block hashes of token ids on stdin: hash --algo A --seed S --block-size N", runHash},
 	{"chat-template", "render a chat template with a JSON context on stdin: chat-template render --template-file F [--now RFC3339]", runChatTemplate},
 	{"tokenize", "print the token ids of text on stdin: tokenize --tokenizer DIR [--no-special-tokens] [--jsonl | --chat]", runTokenize},
-	{"events", "print a raw vLLM KV-event payload on stdin as JSON: events decode [--hex] [--pretty]", runEvents},
+	{"events", "print an engine's KV events as JSON: events tail --events ADDR [--replay ADDR] [--count N | --for D]; a raw payload on stdin: events decode [--hex] [--pretty]", runEvents},
 	{"status", "show every pool and replica of a running kvroute: health, parity checks, prompt-token funnel: status --admin ADDR [--json]", runStatus},
 	{"explain", "show the replica a running kvroute would pick for a request, and why: explain --admin ADDR --path P --body FILE [--json]", runExplain},
 }
