@@ -10,8 +10,10 @@ PKGS      ?= ./...
 
 all: build
 
+# build shows progress (scripts/build.sh): a first build on an empty Go
+# cache takes minutes.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	@GO=$(GO) scripts/build.sh $(BIN)
 
 vet:
 	$(GO) vet $(PKGS)
@@ -76,8 +78,10 @@ run: build testdata
 	$(BIN)/kvroute --config examples/kvroute.yaml
 
 # demo starts 4 emulated vLLM replicas, kvroute and a loopback gateway on
-# 127.0.0.1 and compares kvroute with round-robin (≤ 2 minutes; Ctrl-C stops all).
-demo: build testdata
+# 127.0.0.1 and compares kvroute with round-robin (≤ 2 minutes once built;
+# Ctrl-C stops all). It fetches only the tokenizer it needs.
+demo: build
+	@scripts/fetch-testdata.sh --tokenizer qwen3
 	$(BIN)/kvroute-bench demo --bin $(BIN)
 
 # bench-routing is the routing benchmark docs/BENCHMARKS.md publishes

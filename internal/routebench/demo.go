@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -240,8 +239,10 @@ func demoExplain(ctx context.Context, out io.Writer, kvrouteBin, admin, dir, mod
 	if err != nil {
 		return fmt.Errorf("kvroute explain: %w: %s", err, answer)
 	}
-	fmt.Fprintf(out, "\n$ kvroute %s   # the demo's last request, asked again: nothing is routed\n%s",
-		strings.Join(args, " "), answer)
+	// The explanation itself: the admin address and the body file are gone
+	// when the demo ends, so no command to rerun is shown.
+	fmt.Fprintf(out, "\nWhy kvroute routes the demo's last request where it does (kvroute explain, asked of the running kvroute; nothing is routed):\n%s", answer)
+	fmt.Fprintf(out, "(on your own kvroute: kvroute explain --admin ADMIN_ADDR --path %s --body REQUEST.json; docs/OPERATIONS.md)\n", path)
 	return nil
 }
 
