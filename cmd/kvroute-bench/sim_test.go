@@ -90,3 +90,24 @@ func readSimResults(t *testing.T, dir string) (simResults, []byte) {
 	}
 	return r, raw
 }
+
+// TestSimSaysWhatHappenedInWords: progress is a line per policy at its end
+// (and one per 20 s of wall time while it runs: none on the small trace),
+// and kvroute's decisions end in a sentence, not a list of counter names.
+func TestSimSaysWhatHappenedInWords(t *testing.T) {
+	trace := filepath.Join("..", "..", "internal", "fleetsim", "testdata", "small_trace.jsonl")
+	code, out, stderr := runCmd(t, "sim", "--trace", trace, "--engines", "4", "--kv-blocks", "1024",
+		"--policies", "round-robin,kvroute", "--seed", "7", "--out", t.TempDir())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	// The two policies, then the pooled-cache bound.
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "sim round-robin: done, ") || !strings.HasPrefix(lines[1], "sim kvroute: done, ") || !strings.HasPrefix(lines[2], "sim pooled: done, ") {
+		t.Errorf("progress:\n%s", stderr)
+	}
+	if !strings.Contains(out, "\nkvroute: ") || !strings.Contains(out, "the replica holding the most of its prefix") && !strings.Contains(out, "to spread load, giving up") ||
+		strings.Contains(out, "moved-from-holder") {
+		t.Errorf("no decision summary in words:\n%s", out)
+	}
+}

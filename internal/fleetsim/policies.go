@@ -253,7 +253,7 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 	// token ids through encoding/json would be most of the simulation's time.
 	d := k.router.DecideIDs(simModel, tokens)
 	k.counts[d.Outcome+"/"+d.Reason]++
-	k.counts["expected cached tokens"] += d.MatchedTokens // what the index promised
+	k.counts[counterExpected] += d.MatchedTokens // what the index promised
 	if d.Endpoint == nil {
 		return 0, fmt.Errorf("kvroute: %s/%s: %v", d.Outcome, d.Reason, d.Err)
 	}
@@ -267,7 +267,7 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 			best = max(best, m.Blocks)
 		}
 		if best*k.blockSize > d.MatchedTokens {
-			k.counts["moved-from-holder"]++
+			k.counts[counterMoved]++
 			k.movedTokens += int64(best*k.blockSize - d.MatchedTokens)
 		}
 	}
@@ -300,9 +300,17 @@ func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
 	}
 }
 
+// Counters a kvroute policy keeps beside its outcome/reason counts
+// (decisionSummary says them in words).
+const (
+	counterExpected    = "expected cached tokens"
+	counterMoved       = "moved-from-holder"
+	counterMovedTokens = "moved-from-holder (cached tokens given up)"
+)
+
 func (k *kvPicker) decisions() map[string]int {
 	if k.movedTokens > 0 {
-		k.counts["moved-from-holder (cached tokens given up)"] = int(k.movedTokens)
+		k.counts[counterMovedTokens] = int(k.movedTokens)
 	}
 	return k.counts
 }

@@ -111,13 +111,41 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 		if len(r.Decisions) == 0 {
 			continue
 		}
-		var parts []string
-		for k, v := range r.Decisions {
-			parts = append(parts, fmt.Sprintf("%s %d", k, v))
-		}
-		slices.Sort(parts)
-		fmt.Fprintf(w, "\n%s decisions: %s\n", r.Name, strings.Join(parts, ", "))
+		fmt.Fprintf(w, "\n%s\n", decisionSummary(r))
 	}
+}
+
+// decisionSummary says in words what a kvroute policy decided: how many
+// requests went to a replica holding less of their prefix than the best
+// holder (the load term outweighing the cache), the cached tokens given up
+// that way, and the routing outcomes by reason.
+func decisionSummary(r *Result) string {
+	d := r.Decisions
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: ", r.Name)
+	moved, given := d[counterMoved], d[counterMovedTokens]
+	if moved == 0 {
+		b.WriteString("every request went to the replica holding the most of its prefix")
+	} else {
+		fmt.Fprintf(&b, "%d of %d requests went to a replica holding less of their prefix than the best holder, to spread load, giving up %d cached tokens",
+			moved, r.Requests, given)
+	}
+	if exp, ok := d[counterExpected]; ok {
+		fmt.Fprintf(&b, "; the index expected %d cached tokens over the run", exp)
+	}
+	var parts []string
+	for k, v := range d {
+		if k == counterMoved || k == counterMovedTokens || k == counterExpected {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", k, v))
+	}
+	slices.Sort(parts)
+	if len(parts) > 0 {
+		fmt.Fprintf(&b, ". Decisions by outcome/reason: %s", strings.Join(parts, ", "))
+	}
+	b.WriteString(".")
+	return b.String()
 }
 
 // WriteSVG draws hit rate and TTFT p90 per policy as two bar groups.

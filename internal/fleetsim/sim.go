@@ -75,9 +75,10 @@ type Options struct {
 	// Seed drives every random choice of the run (the random policy,
 	// kvroute's tie-breaks): one seed, one result.
 	Seed uint64
-	// Progress, when set, receives a line every ProgressEvery requests.
-	Progress      io.Writer
-	ProgressEvery int
+	// Progress, when set, receives a line when a policy's run ends and at
+	// most one per ProgressInterval of wall time while it runs.
+	Progress         io.Writer
+	ProgressInterval time.Duration
 }
 
 // DefaultOptions is the fleet the Mooncake figures use: 16 engines of
@@ -89,7 +90,7 @@ func DefaultOptions() Options {
 	return Options{
 		Engines: 16, KVBlocks: 8192, BlockSize: 64, MaxNumSeqs: 64, MaxNumBatchedTokens: 2048,
 		MaxModelLen: 131072, Prefill: 50 * time.Microsecond, Decode: 5 * time.Millisecond,
-		ScrapeInterval: time.Second, Seed: 1, ProgressEvery: 1000, Gateways: 1,
+		ScrapeInterval: time.Second, Seed: 1, ProgressInterval: 20 * time.Second, Gateways: 1,
 		StickySaturation: routebench.DefaultStickySaturation, DynamoWeight: 1,
 	}
 }
@@ -165,6 +166,7 @@ type prefillWatcher interface {
 // Run simulates one policy over src.
 func Run(src Source, policy string, o Options) (*Result, error) {
 	start := time.Now()
+	lastLine := start
 	engines := o.Engines
 	eo := vllmemu.Options{
 		BlockSize: o.BlockSize, NumBlocks: o.KVBlocks, HashAlgo: simAlgo, MaxNumSeqs: o.MaxNumSeqs,
@@ -279,8 +281,9 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 			arrival[id] = now
 			res.PerEngine[e]++
 			eng[e].Start(now)
-			if o.Progress != nil && o.ProgressEvery > 0 && next%o.ProgressEvery == 0 {
-				fmt.Fprintf(o.Progress, "sim %s: %d/%d requests, virtual %.0f s, wall %.1f s\n",
+			if o.Progress != nil && o.ProgressInterval > 0 && time.Since(lastLine) >= o.ProgressInterval {
+				lastLine = time.Now()
+				fmt.Fprintf(o.Progress, "sim %s: %d of %d requests, %.0f s of the trace, %.0f s so far\n",
 					policy, next, n, now.Sub(epoch).Seconds(), time.Since(start).Seconds())
 			}
 		}
@@ -290,6 +293,9 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 	}
 	res.Virtual = now.Sub(epoch)
 	res.Wall = time.Since(start)
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "sim %s: done, %d requests, %.0f s of the trace in %.1f s\n", policy, n, res.Virtual.Seconds(), res.Wall.Seconds())
+	}
 	res.Decisions = p.decisions()
 	return res, nil
 }
