@@ -203,8 +203,13 @@ func WriteMarkdown(w io.Writer, results []*Result) {
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
 // WriteSVG draws TTFT p90 against request rate, one line per policy, for the
-// results of one workload. The y axis is logarithmic.
+// results of one workload. The y axis is logarithmic. Results at a single
+// rate are a labelled bar chart instead (a line needs two rates).
 func WriteSVG(w io.Writer, title string, results []*Result) {
+	if len(results) > 0 && !slices.ContainsFunc(results, func(r *Result) bool { return r.Rate != results[0].Rate }) {
+		writeBarSVG(w, title, results)
+		return
+	}
 	const width, height, left, right, top, bottom = 760.0, 420.0, 70.0, 190.0, 40.0, 50.0
 	byPolicy := map[string][]*Result{}
 	var policies []string
@@ -268,6 +273,36 @@ func WriteSVG(w io.Writer, title string, results []*Result) {
 		fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="%s" stroke-width="3"/><text x="%g" y="%g">%s</text>`+"\n",
 			width-right+12, ly, width-right+32, ly, color, width-right+38, ly+4, escapeXML(pol))
 	}
+	b.WriteString("</svg>\n")
+	io.WriteString(w, b.String())
+}
+
+// writeBarSVG draws one horizontal bar of TTFT p90 per policy, each named
+// and labelled with its value, on a linear axis from 0.
+func writeBarSVG(w io.Writer, title string, results []*Result) {
+	const width, left, right, top, rowH = 760.0, 170.0, 90.0, 58.0, 28.0
+	height := top + float64(len(results))*rowH + 40
+	maxMS := 0.0
+	for _, r := range results {
+		maxMS = math.Max(maxMS, float64(r.Percentile(0.9))/1e6)
+	}
+	if maxMS <= 0 {
+		maxMS = 1
+	}
+	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" font-family="sans-serif" font-size="12">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="22" font-size="15">%s</text>`+"\n", escapeXML(title))
+	fmt.Fprintf(&b, `<text x="%g" y="44">TTFT p90 at %g req/s (lower is better)</text>`+"\n", left, results[0].Rate)
+	for i, r := range results {
+		y := top + float64(i)*rowH
+		v := float64(r.Percentile(0.9)) / 1e6
+		bw := (width - left - right) * v / maxMS
+		fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="end">%s</text>`+"\n", left-8, y+15, escapeXML(r.Policy))
+		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%.1f" height="20" fill="%s"/><text x="%.1f" y="%g">%.1f ms</text>`+"\n",
+			left, y, bw, colors[i%len(colors)], left+bw+4, y+15, v)
+	}
+	fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#555"/>`+"\n", left, top-4, left, top+float64(len(results))*rowH)
 	b.WriteString("</svg>\n")
 	io.WriteString(w, b.String())
 }

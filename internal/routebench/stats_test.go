@@ -268,3 +268,51 @@ func TestCrossCheckComparesUsageWithEngineMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWriteSVGAtOneRateIsABarChart: with a single rate a line chart is a few
+// dots on an empty log plot; the chart is one labelled bar per policy.
+func TestWriteSVGAtOneRateIsABarChart(t *testing.T) {
+	var one []*Result
+	for _, r := range sampleResults() {
+		if r.Rate == 8 {
+			one = append(one, r)
+		}
+	}
+	var b bytes.Buffer
+	WriteSVG(&b, "TTFT p90 — shared-prefix", one)
+	dec := xml.NewDecoder(&b)
+	var bars, circles int
+	var texts []string
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v", err)
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			switch el.Name.Local {
+			case "rect":
+				bars++
+			case "circle":
+				circles++
+			}
+		case xml.CharData:
+			if s := strings.TrimSpace(string(el)); s != "" {
+				texts = append(texts, s)
+			}
+		}
+	}
+	all := strings.Join(texts, "|")
+	// One background rect plus a bar per policy; each bar named and valued.
+	if bars != 1+len(one) || circles != 0 || strings.Contains(all, "(log)") {
+		t.Fatalf("%d rects, %d circles: %s", bars, circles, all)
+	}
+	for _, r := range one {
+		if !strings.Contains(all, "|"+r.Policy+"|"+fmt.Sprintf("%.1f ms", float64(r.Percentile(0.9))/1e6)) {
+			t.Errorf("no bar labelled %s: %s", r.Policy, all)
+		}
+	}
+}
