@@ -20,10 +20,10 @@ set -o pipefail
 $GO build -v -o "$BIN/" ./cmd/... 2>&1 | awk -v total="$total" -v tty="$tty" '
 	/^[^ :]+$/ {
 		n++
-		if (tty) printf "\rbuild: compiled %d of at most %d packages", n, total
-		else if (n % 50 == 0) printf "build: compiled %d of at most %d packages\n", n, total
+		if (tty) { printf "\rbuild: compiled %d of at most %d packages", n, total; fflush() }
+		else if (n % 50 == 0) { printf "build: compiled %d of at most %d packages\n", n, total; fflush() }
 		next
 	}
-	{ if (tty && n) printf "\n"; print }
+	{ if (tty && n) printf "\n"; print; fflush() }
 	END { if (tty && n) printf "\n" }'
 echo "build: done in $(($(date +%s) - start)) s"
