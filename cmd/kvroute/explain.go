@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -62,28 +60,9 @@ func runExplain(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return fmt.Errorf("--body: %w", err)
 	}
-	base := *admin
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/debug/explain?path="+url.QueryEscape(*path), bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("--admin: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	answer, err := askAdmin(ctx, *admin, *timeout, http.MethodPost, "/debug/explain?path="+url.QueryEscape(*path), body, maxExplainAnswerBytes)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	answer, err := readAllLimited(resp.Body, maxExplainAnswerBytes)
-	if err != nil {
-		return fmt.Errorf("answer: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(answer[:min(len(answer), 512)])))
 	}
 	if *asJSON {
 		_, err := io.out.Write(answer)

@@ -43,27 +43,9 @@ func runStatus(ctx context.Context, args []string, io stdio) error {
 		fs.Usage()
 		return errUsage
 	}
-	base := *admin
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/debug/replicas", nil)
-	if err != nil {
-		return fmt.Errorf("--admin: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	answer, err := askAdmin(ctx, *admin, *timeout, http.MethodGet, "/debug/replicas", nil, maxStatusAnswerBytes)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	answer, err := readAllLimited(resp.Body, maxStatusAnswerBytes)
-	if err != nil {
-		return fmt.Errorf("answer: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(answer[:min(len(answer), 512)])))
 	}
 	if *asJSON {
 		_, err := io.out.Write(answer)
