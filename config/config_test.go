@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const minimal = `
@@ -35,28 +36,28 @@ func TestDefaultsAreAppliedOnce(t *testing.T) {
 		name      string
 		got, want any
 	}{
-		{"listen.extproc", c.Listen.ExtProc, DefaultExtProcListen},
-		{"listen.admin", c.Listen.Admin, DefaultAdminListen},
-		{"index.ttl", c.Index.TTL.Std(), DefaultIndexTTL},
-		{"index.max_entries", c.Index.MaxEntries, DefaultMaxEntries},
-		{"index.cpu_tier_weight", c.Index.CPUTierWeight, DefaultCPUTierWeight},
-		{"index.speculative_ttl", c.Index.SpeculativeTTL.Std(), DefaultSpeculativeTTL},
+		{"listen.extproc", c.Listen.ExtProc, ":9002"},
+		{"listen.admin", c.Listen.Admin, "127.0.0.1:9090"},
+		{"index.ttl", c.Index.TTL.Std(), 10 * time.Minute},
+		{"index.max_entries", c.Index.MaxEntries, 20_000_000},
+		{"index.cpu_tier_weight", c.Index.CPUTierWeight, 0.5},
+		{"index.speculative_ttl", c.Index.SpeculativeTTL.Std(), 2 * time.Second},
 		{"routing.load_weight", c.Routing.LoadWeight, 0.0},
-		{"routing.prefill_tokens_per_second", c.Routing.PrefillTokensPerSecond, float64(DefaultPrefillTokensPerSec)},
-		{"routing.decode_interference", c.Routing.DecodeInterference.Std(), DefaultDecodeInterference},
-		{"routing.kv_full_penalty", c.Routing.KVFullPenalty.Std(), DefaultKVFullPenalty},
-		{"routing.placement_slack", c.Routing.PlacementSlack, DefaultPlacementSlack},
+		{"routing.prefill_tokens_per_second", c.Routing.PrefillTokensPerSecond, 10000.0},
+		{"routing.decode_interference", c.Routing.DecodeInterference.Std(), time.Duration(0)},
+		{"routing.kv_full_penalty", c.Routing.KVFullPenalty.Std(), 500 * time.Millisecond},
+		{"routing.placement_slack", c.Routing.PlacementSlack, 0.2},
 		{"routing.fail_open", c.Routing.FailOpenEnabled(), true},
-		{"routing.body_limit_bytes", c.Routing.BodyLimitBytes, DefaultBodyLimitBytes},
+		{"routing.body_limit_bytes", c.Routing.BodyLimitBytes, 8 << 20},
 		{"routing.body_mode", c.Routing.BodyMode, BodyModeBuffered},
-		{"routing.max_prompt_bytes", c.Routing.MaxPromptBytes, DefaultMaxPromptBytes},
-		{"routing.max_prompt_tokens", c.Routing.MaxPromptTokens, DefaultMaxPromptTokens},
-		{"routing.max_messages", c.Routing.MaxMessages, DefaultMaxMessages},
-		{"routing.max_decide_bytes_in_flight", c.Routing.MaxDecideBytesInFlight, DefaultMaxDecideInFlight},
-		{"ingest.scrape_interval", c.Ingest.ScrapeInterval.Std(), DefaultScrapeInterval},
-		{"ingest.max_message_bytes", c.Ingest.MaxMessageBytes, DefaultMaxMessageBytes},
+		{"routing.max_prompt_bytes", c.Routing.MaxPromptBytes, 1 << 20},
+		{"routing.max_prompt_tokens", c.Routing.MaxPromptTokens, 256 << 10},
+		{"routing.max_messages", c.Routing.MaxMessages, 4096},
+		{"routing.max_decide_bytes_in_flight", c.Routing.MaxDecideBytesInFlight, 8 << 20},
+		{"ingest.scrape_interval", c.Ingest.ScrapeInterval.Std(), time.Second},
+		{"ingest.max_message_bytes", c.Ingest.MaxMessageBytes, 32 << 20},
 		{"pools[0].keys", c.Pools[0].Keys, KeysTokens},
-		{"pools[0].hash.algorithm", c.Pools[0].Hash.Algorithm, DefaultHashAlgorithm},
+		{"pools[0].hash.algorithm", c.Pools[0].Hash.Algorithm, "sha256"},
 		{"replica.metrics", r.Metrics, "http://10.0.0.7:8000/metrics"},
 		{"replica.data_parallel_size", r.DataParallelSize, 1},
 	}
@@ -247,6 +248,18 @@ func TestPeersNeedMutualTLSOrSayInsecure(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: error lacks %q:\n%v", c.name, w, err)
 			}
+		}
+	}
+}
+
+func TestLiveFollowsTheReloadTag(t *testing.T) {
+	for key, want := range map[string]bool{
+		"routing.placement_slack": true, "routing.max_decide_bytes_in_flight": true, "routing.fail_open": true,
+		"routing.body_mode": false, "routing.body_limit_bytes": false, "index.ttl": false,
+		"pools[0].tokenizer": false, "pools[2].replicas[1].address": false,
+	} {
+		if got := Live(key); got != want {
+			t.Errorf("Live(%q) = %v, want %v", key, got, want)
 		}
 	}
 }
