@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,5 +262,49 @@ func TestLiveFollowsTheReloadTag(t *testing.T) {
 		if got := Live(key); got != want {
 			t.Errorf("Live(%q) = %v, want %v", key, got, want)
 		}
+	}
+}
+
+// TestEveryErrorInOnePass: decoding errors (unknown keys, wrong types) and
+// validation errors of the same file are all reported.
+func TestEveryErrorInOnePass(t *testing.T) {
+	_, err := Parse([]byte(`
+lisen: {extproc: ":9002"}
+index: {ttl: soon, max_entries: 0}
+routing: {kv_usage_ceiling: 1.5, placement_slak: 1}
+pools:
+  - name: qwen3
+    models: ["Qwen/Qwen3-8B"]
+    block_size: sixteen
+    replicas:
+      - {name: vllm-0, address: vllm-0, events: "tcp://10.0.0.7:5557"}
+`))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	want := []string{
+		`lisen: unknown key; did you mean "listen"?`,
+		`index.ttl: "soon" is not a duration`,
+		`index.max_entries: 0 must be positive`,
+		`routing.kv_usage_ceiling: 1.5 is not within (0, 1]`,
+		`routing.placement_slak: unknown key; did you mean "placement_slack"?`,
+		`pools[0].block_size: "sixteen" is not a whole number`,
+		`pools[0].replicas[0].address: "vllm-0" is not ip:port`,
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for _, w := range want {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, w) }) {
+			t.Errorf("missing %q", w)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Errorf("%d errors, want %d:\n%v", len(lines), len(want), err)
+	}
+}
+
+func TestUnknownKeySuggestsOnlyNearKeys(t *testing.T) {
+	_, err := Parse([]byte("routing: {zzz: 1}\n" + minimal))
+	if err == nil || strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "routing.zzz: unknown key (known:") {
+		t.Fatalf("err = %v", err)
 	}
 }

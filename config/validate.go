@@ -18,6 +18,11 @@ import (
 // naming its key path and the offending value.
 func (c *Config) Validate() error {
 	var v validator
+	c.validate(&v)
+	return errors.Join(v.errs...)
+}
+
+func (c *Config) validate(v *validator) {
 	v.listen("listen.extproc", c.Listen.ExtProc, false)
 	if c.Listen.Admin != "" {
 		v.listen("listen.admin", c.Listen.Admin, false)
@@ -53,9 +58,8 @@ func (c *Config) Validate() error {
 	modelPool := map[string]string{}
 	topics := map[string]string{}
 	for i := range c.Pools {
-		c.validatePool(&v, i, poolNames, modelPool, topics)
+		c.validatePool(v, i, poolNames, modelPool, topics)
 	}
-	return errors.Join(v.errs...)
 }
 
 func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, modelPool, topics map[string]string) {
@@ -321,9 +325,15 @@ func isDNSLabelish(s string) bool {
 // maxPathBytes bounds a file path in the config (Linux's PATH_MAX).
 const maxPathBytes = 4096
 
-type validator struct{ errs []error }
+type validator struct {
+	errs []error
+	skip map[string]bool // key paths not judged (they failed to decode)
+}
 
 func (v *validator) fail(path, format string, args ...any) {
+	if v.skip[path] {
+		return
+	}
 	v.errs = append(v.errs, fmt.Errorf("%s: %s", boundedPath(path), fmt.Sprintf(format, boundArgs(format, args)...)))
 }
 
