@@ -150,10 +150,6 @@ type Index struct {
 
 // Routing tunes the decision and the failure policy.
 type Routing struct {
-	// LoadWeight is deprecated and ignored: the cost is in seconds (see
-	// PrefillTokensPerSecond). Still accepted so old files load; the server
-	// warns when it is set.
-	LoadWeight float64 `yaml:"load_weight"`
 	// PrefillTokensPerSecond is a replica's prefill throughput (uncached
 	// prompt tokens per second) until it is learned from the engine's
 	// vllm:prompt_tokens_total and vllm:request_prefill_time_seconds.

@@ -43,7 +43,6 @@ func TestDefaultsAreAppliedOnce(t *testing.T) {
 		{"index.max_entries", c.Index.MaxEntries, 20_000_000},
 		{"index.cpu_tier_weight", c.Index.CPUTierWeight, 0.5},
 		{"index.speculative_ttl", c.Index.SpeculativeTTL.Std(), 2 * time.Second},
-		{"routing.load_weight", c.Routing.LoadWeight, 0.0},
 		{"routing.prefill_tokens_per_second", c.Routing.PrefillTokensPerSecond, 10000.0},
 		{"routing.decode_interference", c.Routing.DecodeInterference.Std(), time.Duration(0)},
 		{"routing.kv_full_penalty", c.Routing.KVFullPenalty.Std(), 500 * time.Millisecond},
@@ -73,13 +72,13 @@ func TestExplicitZeroesAreKept(t *testing.T) {
 	c, err := Parse([]byte(`
 listen: {admin: ""}
 index: {cpu_tier_weight: 0, speculative_ttl: 0}
-routing: {load_weight: 0, fail_open: false, placement_slack: 0}
+routing: {fail_open: false, placement_slack: 0}
 ingest: {scrape_interval: 0}
 ` + minimal))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Index.SpeculativeTTL != 0 || c.Routing.LoadWeight != 0 || c.Routing.PlacementSlack != 0 ||
+	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Index.SpeculativeTTL != 0 || c.Routing.PlacementSlack != 0 ||
 		c.Routing.FailOpenEnabled() || c.Ingest.ScrapeInterval != 0 {
 		t.Fatalf("explicit zero values were overwritten: %+v", c)
 	}
@@ -90,6 +89,7 @@ func TestErrorsNameTheKeyAndValue(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"unknown top-level key", "lisen: {}\n" + minimal, `lisen: unknown key`},
+		{"removed load_weight", "routing: {load_weight: 1}\n" + minimal, `routing.load_weight: unknown key`},
 		{"unknown nested key", minimal + "    blok_size: 16\n", `pools[0].blok_size: unknown key`},
 		{"unknown replica key", strings.Replace(minimal, "name: vllm-0", "nmae: vllm-0", 1), `pools[0].replicas[0].nmae: unknown key`},
 		{"wrong type int", minimal + "    block_size: sixteen\n", `pools[0].block_size: "sixteen" is not a whole number`},

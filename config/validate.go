@@ -34,9 +34,6 @@ func (c *Config) validate(v *validator) {
 		v.fail("listen.tls.client_ca_file", "needs cert_file and key_file")
 	}
 	v.checkFields(reflect.ValueOf(c).Elem(), "")
-	if c.Routing.LoadWeight < 0 {
-		v.fail("routing.load_weight", "%g must not be negative", c.Routing.LoadWeight)
-	}
 	v.peers(&c.Peers)
 	v.parity(&c.Parity)
 	if c.Ingest.Bind != "" {

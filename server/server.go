@@ -146,10 +146,6 @@ func New(opts Options) (*Server, error) {
 			log.Info("pool tokenizer loaded", "pool", name, "tokenizer", p.Tokenizer, "chat", pp.chat != nil)
 		}
 	}
-	if cfg.Routing.LoadWeight != 0 {
-		log.Warn("routing.load_weight is deprecated and ignored: the routing cost is in seconds (routing.prefill_tokens_per_second, docs/EXTPROC.md)",
-			"load_weight", cfg.Routing.LoadWeight)
-	}
 	router, err := buildRouter(cfg, ix, lay, parts)
 	if err != nil {
 		return nil, err
