@@ -27,6 +27,8 @@ import (
 	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
+
+	"github.com/kvroute/kvroute/internal/zmtpcap"
 )
 
 func TestMain(m *testing.M) {
@@ -901,7 +903,7 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 	publish(t, engine, st[stepPrompt])
 	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
 
-	forger := zmq4.NewPub(t.Context(), QuietZMQ)
+	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)
@@ -946,7 +948,7 @@ func TestForgedBackwardsSeqInBindModeIsNoRestart(t *testing.T) {
 	keys := tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})
 	waitFor(t, "the engine's batches", func() bool { return h.held("p", "a", keys) == 3 })
 
-	forger := zmq4.NewPub(t.Context(), QuietZMQ)
+	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)
@@ -1195,7 +1197,7 @@ func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
 	waitSubscribed(t, engine)
 	publish(t, engine, st[stepPrompt])
 	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
-	forger := zmq4.NewPub(t.Context(), QuietZMQ)
+	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)
