@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // Config is the whole kvroute configuration file.
@@ -286,32 +288,21 @@ type Discovery struct {
 	Kind       string              `yaml:"kind" default:"static" check:"oneof=static|kubernetes|dns"`
 	Kubernetes KubernetesDiscovery `yaml:"kubernetes"`
 	DNS        DNSDiscovery        `yaml:"dns"`
-	// Ports are the discovered engines' ports.
-	Ports DiscoveryPorts `yaml:"ports"`
+	// Ports are the discovered engines' ports (engine.Ports): http is
+	// required, except for an InferencePool, whose first spec.targetPorts
+	// entry is used when 0; events 0: no events, the pool routes those
+	// replicas by load; replay 0: no replay; metrics 0: the HTTP port.
+	Ports engine.Ports `yaml:"ports"`
 	// Topic is every discovered engine's KV-event topic (vLLM's default "").
 	Topic string `yaml:"topic"`
 	// DataParallelSize is the DP ranks behind each discovered server.
 	DataParallelSize int `yaml:"data_parallel_size" default:"1"`
 }
 
-// DiscoveryPorts is the port template of discovered replicas.
-type DiscoveryPorts struct {
-	// HTTP is the vLLM API server port Envoy dials. Required, except for an
-	// InferencePool, whose first spec.targetPorts entry is used when 0.
-	HTTP int `yaml:"http"`
-	// Events is the KV-event PUB port (tcp://IP:events); 0: no events, the
-	// pool routes those replicas by load.
-	Events int `yaml:"events"`
-	// Replay is the replay ROUTER port; 0: no replay.
-	Replay int `yaml:"replay"`
-	// Metrics is the port of http://IP:port/metrics; 0: the HTTP port.
-	Metrics int `yaml:"metrics"`
-}
-
 // Replica is the replica a discovered engine at ip becomes: the port
 // template with override's non-zero ports (a pod's annotations) and dpSize
 // when positive. name is the source's (a pod's name, the IP for DNS).
-func (d *Discovery) Replica(name string, ip netip.Addr, override DiscoveryPorts, dpSize int) Replica {
+func (d *Discovery) Replica(name string, ip netip.Addr, override engine.Ports, dpSize int) Replica {
 	ports := d.Ports
 	for _, o := range []struct {
 		dst *int
@@ -424,10 +415,6 @@ const (
 // Hash algorithms vLLM has offered for --prefix-caching-hash-algo
 // (sha256_cbor_64bit until v0.10.1).
 var hashAlgorithms = []string{"sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "sha256_cbor_64bit"}
-
-// MaxReplicaRanks is the most (replica, DP rank) pairs one pool may hold: the
-// index keeps a pool's holders as a 64-bit set.
-const MaxReplicaRanks = 64
 
 // RankName names one data-parallel rank of the replica in the index, logs and
 // metrics: the replica's name when it has one rank, else "name/dpN".

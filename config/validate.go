@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // Validate checks a defaulted config and returns every problem found, each
@@ -174,13 +176,13 @@ func (v *validator) replicas(reps []Replica, bind bool, at func(j int, key strin
 				v.fail(rat("metrics"), "%q is not an http(s) URL", r.Metrics)
 			}
 		}
-		if r.DataParallelSize < 1 || r.DataParallelSize > MaxReplicaRanks {
-			v.fail(rat("data_parallel_size"), "%d is not within 1..%d", r.DataParallelSize, MaxReplicaRanks)
+		if r.DataParallelSize < 1 || r.DataParallelSize > engine.MaxRanks {
+			v.fail(rat("data_parallel_size"), "%d is not within 1..%d", r.DataParallelSize, engine.MaxRanks)
 		}
 		ranks += max(r.DataParallelSize, 1)
 	}
-	if ranks > MaxReplicaRanks {
-		v.fail(all, "%d replica ranks (replicas × data_parallel_size) exceed the limit of %d per pool; split the pool", ranks, MaxReplicaRanks)
+	if ranks > engine.MaxRanks {
+		v.fail(all, "%d replica ranks (replicas × data_parallel_size) exceed the limit of %d per pool; split the pool", ranks, engine.MaxRanks)
 	}
 }
 
@@ -190,7 +192,7 @@ func (c *Config) validateDiscovery(v *validator, p *Pool, at func(string) string
 	d := &p.Discovery
 	dat := func(key string) string { return at("discovery." + key) }
 	if d.Kind == DiscoveryStatic {
-		if d.Kubernetes != (KubernetesDiscovery{}) || d.DNS.Name != "" || d.DNS.Server != "" || d.Ports != (DiscoveryPorts{}) || d.Topic != "" || d.DataParallelSize > 1 {
+		if d.Kubernetes != (KubernetesDiscovery{}) || d.DNS.Name != "" || d.DNS.Server != "" || d.Ports != (engine.Ports{}) || d.Topic != "" || d.DataParallelSize > 1 {
 			v.fail(at("discovery"), "kind static takes no other discovery keys (set kind: kubernetes or dns)")
 		}
 		return
@@ -216,11 +218,11 @@ func (c *Config) validateDiscovery(v *validator, p *Pool, at func(string) string
 	if d.Ports.Replay != 0 && d.Ports.Events == 0 {
 		v.fail(dat("ports.replay"), "needs ports.events")
 	}
-	if d.DataParallelSize < 1 || d.DataParallelSize > MaxReplicaRanks {
-		v.fail(dat("data_parallel_size"), "%d is not within 1..%d", d.DataParallelSize, MaxReplicaRanks)
+	if d.DataParallelSize < 1 || d.DataParallelSize > engine.MaxRanks {
+		v.fail(dat("data_parallel_size"), "%d is not within 1..%d", d.DataParallelSize, engine.MaxRanks)
 	}
-	if len(d.Topic) > maxTopicBytes {
-		v.fail(dat("topic"), "is longer than %d bytes", maxTopicBytes)
+	if len(d.Topic) > engine.MaxTopicBytes {
+		v.fail(dat("topic"), "is longer than %d bytes", engine.MaxTopicBytes)
 	}
 	switch d.Kind {
 	case DiscoveryDNS:
@@ -278,8 +280,6 @@ const (
 	// maxSelectorBytes bounds a label selector (Kubernetes allows 63-byte
 	// keys and values; a selector of dozens of terms is already unusual).
 	maxSelectorBytes = 4096
-	// maxTopicBytes matches ingest's bound on a topic it will match.
-	maxTopicBytes = 1024
 )
 
 // isHostname: a DNS name of letters, digits, hyphens and underscores in dot-

@@ -16,6 +16,8 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute/internal/zmtpcap"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // subscribeLoop keeps a SUB socket connected to the rank's PUB endpoint,
@@ -163,7 +165,7 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 			continue
 		}
 		var rs *rankState
-		if len(msg.Frames[0]) <= maxTopicBytes {
+		if len(msg.Frames[0]) <= engine.MaxTopicBytes {
 			rs = m.resolveTopic(string(msg.Frames[0]), rank)
 		}
 		if rs == nil {
@@ -188,16 +190,12 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 // network); only topics that name a replica are cached.
 const maxTopicCache = 4096
 
-// maxTopicBytes: a longer bind-mode topic names no replica (vLLM's are
-// short, e.g. kv@10.0.0.7:8000@Qwen/Qwen3-8B) and is rejected unread.
-const maxTopicBytes = 1024
-
 // resolveTopic finds the replica rank a bind-mode topic belongs to: a
 // replica whose topic is exactly it, else the `kv@<ip>:<port>@<model>`
 // convention matched against replica addresses (and pool models when the
 // address is ambiguous).
 func (m *Manager) resolveTopic(topic string, rank int) *rankState {
-	if len(topic) > maxTopicBytes {
+	if len(topic) > engine.MaxTopicBytes {
 		return nil
 	}
 	m.topicMu.Lock()
