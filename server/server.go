@@ -91,10 +91,6 @@ const (
 	panicServe     = "listener_serve"
 )
 
-// restartPause is how long a supervised goroutine rests after a panic
-// before it runs again.
-const restartPause = time.Second
-
 // drainTimeout bounds how long open ext_proc streams may take to finish on
 // shutdown before they are cut.
 const drainTimeout = 10 * time.Second
@@ -286,25 +282,9 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// supervise runs fn until ctx ends: a panic in it is counted under
-// component and fn runs again after restartPause; a normal return ends it.
+// supervise runs fn under panics.Counter.Supervise.
 func (s *Server) supervise(ctx context.Context, component string, fn func()) {
-	for {
-		panicked := true
-		func() {
-			defer s.panics.Recover(component, s.log, nil)
-			fn()
-			panicked = false
-		}()
-		if !panicked {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(restartPause):
-		}
-	}
+	s.panics.Supervise(ctx, component, s.log, fn)
 }
 
 // recoverHTTP answers 500 for a handler that panics and counts it (net/http
