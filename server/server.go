@@ -197,14 +197,6 @@ func New(opts Options) (*Server, error) {
 // ExtProcAddr is the ext_proc gRPC listener's address.
 func (s *Server) ExtProcAddr() net.Addr { return s.grpcLn.Addr() }
 
-// AdminAddr is the admin HTTP listener's address, nil when listen.admin is "".
-func (s *Server) AdminAddr() net.Addr {
-	if s.adminLn == nil {
-		return nil
-	}
-	return s.adminLn.Addr()
-}
-
 // Ready reports whether every pool has a replica with a live event stream
 // or fresh load data.
 func (s *Server) Ready() bool { return s.ingest.Ready() }
