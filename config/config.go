@@ -32,7 +32,7 @@ type Config struct {
 	Pools   []Pool  `yaml:"pools"`
 }
 
-// Peers joins several kvroute replicas in front of one fleet into a mesh:
+// Peers joins several kvroute instances in front of one fleet into a mesh:
 // each streams every request it routes and ends (endpoint, uncached prompt
 // tokens, block keys) to the others and puts the others' on its own books,
 // so each prices the prefill work the others just sent. Off while Listen is
@@ -43,7 +43,7 @@ type Peers struct {
 	// host:port (0.0.0.0:5590).
 	Listen string `yaml:"listen"`
 	// Addresses are the other kvroutes' listeners (host:port); the list may
-	// name this kvroute too (one list for every replica): it does not
+	// name this kvroute too (one list for every instance): it does not
 	// subscribe to itself.
 	Addresses []string `yaml:"addresses"`
 	// TLS authenticates and encrypts the mesh; required unless Insecure.
