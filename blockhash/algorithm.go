@@ -64,18 +64,6 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// DigestLen is the length in bytes of the algorithm's block digest.
-func (a Algorithm) DigestLen() int {
-	switch a {
-	case XXHash, XXHashCBOR:
-		return 16
-	case SHA256CBOR64Bit:
-		return 8
-	default:
-		return 32
-	}
-}
-
 func (a Algorithm) usesPickle() bool { return a == SHA256 || a == XXHash }
 
 // Digest is one block's full hash: 32 bytes for sha256*, 16 for xxhash*, and

@@ -30,13 +30,6 @@ func (e *Error) Unwrap() error {
 	return nil
 }
 
-// IsRaised reports whether err came from the template calling
-// raise_exception (as opposed to an engine or data problem).
-func IsRaised(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Kind == "TemplateError"
-}
-
 func errorf(kind, format string, args ...any) error {
 	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }

@@ -5,14 +5,18 @@
 //
 //	pools[0].replicas[1].address: "vllm-0" is not ip:port
 //
-// Defaults live in one place (Default, which a file is decoded over) and are
-// documented in docs/CONFIG.md.
+// Each key is declared once, by its struct field below: the yaml tag names
+// it; default, check and reload tags give its default, its bound and whether
+// a reload applies it live (settings.go). docs/CONFIG.md documents each, and
+// a test holds it to the tags.
 package config
 
 import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // Config is the whole kvroute configuration file.
@@ -28,7 +32,7 @@ type Config struct {
 	Pools   []Pool  `yaml:"pools"`
 }
 
-// Peers joins several kvroute replicas in front of one fleet into a mesh:
+// Peers joins several kvroute instances in front of one fleet into a mesh:
 // each streams every request it routes and ends (endpoint, uncached prompt
 // tokens, block keys) to the others and puts the others' on its own books,
 // so each prices the prefill work the others just sent. Off while Listen is
@@ -39,7 +43,7 @@ type Peers struct {
 	// host:port (0.0.0.0:5590).
 	Listen string `yaml:"listen"`
 	// Addresses are the other kvroutes' listeners (host:port); the list may
-	// name this kvroute too (one list for every replica): it does not
+	// name this kvroute too (one list for every instance): it does not
 	// subscribe to itself.
 	Addresses []string `yaml:"addresses"`
 	// TLS authenticates and encrypts the mesh; required unless Insecure.
@@ -47,21 +51,25 @@ type Peers struct {
 	// Insecure runs the mesh in plaintext: anyone who reaches Listen reads
 	// every routed block key and can book work on this kvroute's engines.
 	Insecure bool `yaml:"insecure"`
-	// HeartbeatInterval is how often a kvroute says it is alive.
-	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
+	// HeartbeatInterval is how often a kvroute says it is alive: a heartbeat
+	// a second, a peer gone after three missed (PeerTimeout).
+	HeartbeatInterval Duration `yaml:"heartbeat_interval" default:"1s"`
 	// PeerTimeout: a peer silent this long is gone and its requests come
 	// off the books; a subscriber a send has waited on this long is cut.
-	PeerTimeout Duration `yaml:"peer_timeout"`
+	PeerTimeout Duration `yaml:"peer_timeout" default:"3s"`
 	// RequestTimeout: a peer's request not ended this long after it began
-	// comes off the books (its end was lost).
-	RequestTimeout Duration `yaml:"request_timeout"`
+	// comes off the books (its end was lost); ten minutes is longer than any
+	// generation the engines allow by default.
+	RequestTimeout Duration `yaml:"request_timeout" default:"10m"`
 	// MaxRequests bounds the peers' requests on the books, all peers
 	// together; each peer gets an equal share (MaxRequests over the number
 	// of addresses), beyond which its oldest request comes off.
-	MaxRequests int `yaml:"max_requests"`
+	MaxRequests int `yaml:"max_requests" default:"262144"`
 	// MaxMessageBytes bounds one peer message; a peer sending more is
-	// disconnected before anything is allocated.
-	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// disconnected before anything is allocated. A request of 256k tokens
+	// (max_prompt_tokens) at block size 16 has 16,384 keys, 128 KiB; 1 MiB
+	// leaves room for smaller blocks.
+	MaxMessageBytes int `yaml:"max_message_bytes" default:"1048576"`
 }
 
 // PeersTLS are the mesh's mutual-TLS credentials: each kvroute presents
@@ -92,22 +100,22 @@ type Tracing struct {
 	// Endpoint is the collector's host:port (OTLP/gRPC, usually :4317) or,
 	// for protocol http, host:port or a URL (usually :4318).
 	Endpoint string `yaml:"endpoint"`
-	Protocol string `yaml:"protocol"`
+	Protocol string `yaml:"protocol" default:"grpc" check:"oneof=grpc|http"`
 	// Insecure sends in plaintext (a collector sidecar on loopback).
 	Insecure bool `yaml:"insecure"`
 	// SampleRatio of traces started here that are recorded; a request whose
 	// incoming traceparent is sampled (or not) follows its parent.
-	SampleRatio float64 `yaml:"sample_ratio"`
+	SampleRatio float64 `yaml:"sample_ratio" default:"1" check:"unit"`
 	// ServiceName is the service.name resource attribute.
-	ServiceName string `yaml:"service_name"`
+	ServiceName string `yaml:"service_name" default:"kvroute"`
 }
 
 // Listen says where kvroute serves.
 type Listen struct {
 	// ExtProc is the gRPC ext_proc listener Envoy calls, host:port.
-	ExtProc string `yaml:"extproc"`
+	ExtProc string `yaml:"extproc" default:":9002"`
 	// Admin serves /metrics, /healthz, /readyz and /debug/*; "" disables it.
-	Admin string `yaml:"admin"`
+	Admin string `yaml:"admin" default:"127.0.0.1:9090"`
 	// TLS, when CertFile is set, serves the ext_proc listener over TLS.
 	TLS TLS `yaml:"tls"`
 }
@@ -122,62 +130,58 @@ type TLS struct {
 
 // Log configures structured logging.
 type Log struct {
-	Level  string `yaml:"level"`  // debug | info | warn | error
-	Format string `yaml:"format"` // json | text
+	Level  string `yaml:"level" default:"info" check:"oneof=debug|info|warn|error"` // debug | info | warn | error
+	Format string `yaml:"format" default:"json" check:"oneof=json|text"`            // json | text
 }
 
 // Index bounds the CacheIndex.
 type Index struct {
 	// TTL drops (block, replica) entries not refreshed by an event for this long.
-	TTL Duration `yaml:"ttl"`
+	TTL Duration `yaml:"ttl" default:"10m" check:"positive"`
 	// MaxEntries is the hard cap on entries across all pools (block entries,
 	// speculative entries, tokens-mode engine hash aliases; see index.Options);
 	// the least recently refreshed blocks are evicted first.
-	MaxEntries int `yaml:"max_entries"`
+	MaxEntries int `yaml:"max_entries" default:"20000000" check:"positive"`
 	// CPUTierWeight is what a block held only in CPU offload counts for,
 	// relative to a GPU-resident block (0..1).
-	CPUTierWeight float64 `yaml:"cpu_tier_weight"`
+	CPUTierWeight float64 `yaml:"cpu_tier_weight" default:"0.5" check:"unit"`
 	// SpeculativeTTL is how long a routed request's blocks count as held by
 	// the chosen replica before the engine's own events confirm them.
-	SpeculativeTTL Duration `yaml:"speculative_ttl"`
+	SpeculativeTTL Duration `yaml:"speculative_ttl" default:"2s" check:"nonnegative"`
 }
 
 // Routing tunes the decision and the failure policy.
 type Routing struct {
-	// LoadWeight is deprecated and ignored: the cost is in seconds (see
-	// PrefillTokensPerSecond). Still accepted so old files load; the server
-	// warns when it is set.
-	LoadWeight float64 `yaml:"load_weight"`
 	// PrefillTokensPerSecond is a replica's prefill throughput (uncached
 	// prompt tokens per second) until it is learned from the engine's
 	// vllm:prompt_tokens_total and vllm:request_prefill_time_seconds.
-	PrefillTokensPerSecond float64 `yaml:"prefill_tokens_per_second"`
+	PrefillTokensPerSecond float64 `yaml:"prefill_tokens_per_second" default:"10000" check:"positive" reload:"live"`
 	// ForeignRequestTokens is the uncached prompt, in tokens, assumed for a
 	// waiting request this router did not route, until the engine's mean
 	// is learned from the same counters.
-	ForeignRequestTokens float64 `yaml:"foreign_request_tokens"`
+	ForeignRequestTokens float64 `yaml:"foreign_request_tokens" default:"1024" check:"nonnegative" reload:"live"`
 	// ForeignRunningShare is the share of a foreign request's uncached
 	// prompt still to prefill charged for each running request the engine
 	// reports that this router did not route (0..1).
-	ForeignRunningShare float64 `yaml:"foreign_running_share"`
+	ForeignRunningShare float64 `yaml:"foreign_running_share" default:"0" check:"unit" reload:"live"`
 	// DecodeInterference is the seconds one decoding sequence on a replica
 	// adds to a new request's time to first token there.
-	DecodeInterference Duration `yaml:"decode_interference"`
+	DecodeInterference Duration `yaml:"decode_interference" default:"0ms" check:"nonnegative" reload:"live"`
 	// KVUsageCeiling: a replica whose KV-cache usage (0..1) is above it
 	// costs KVFullPenalty more. It never makes a replica ineligible.
-	KVUsageCeiling float64 `yaml:"kv_usage_ceiling"`
+	KVUsageCeiling float64 `yaml:"kv_usage_ceiling" default:"0.98" check:"unitopen" reload:"live"`
 	// KVFullPenalty is the extra cost of a replica above KVUsageCeiling.
-	KVFullPenalty Duration `yaml:"kv_full_penalty"`
+	KVFullPenalty Duration `yaml:"kv_full_penalty" default:"500ms" check:"nonnegative" reload:"live"`
 	// PlacementSlack bounds the sticky (rendezvous) placement of prompts no
 	// replica holds: a replica may cost up to this fraction of the
 	// request's own prefill time more than the cheapest.
-	PlacementSlack float64 `yaml:"placement_slack"`
+	PlacementSlack float64 `yaml:"placement_slack" default:"0.2" check:"nonnegative" reload:"live"`
 	// FailOpen routes by load alone on any internal error (bad JSON, unknown
 	// model, tokenizer failure) instead of rejecting the request.
-	FailOpen *bool `yaml:"fail_open"`
+	FailOpen *bool `yaml:"fail_open" default:"true" reload:"live"`
 	// BodyLimitBytes is the largest request body kvroute reads; keep it equal
 	// to Envoy's per-route buffer limit.
-	BodyLimitBytes int `yaml:"body_limit_bytes"`
+	BodyLimitBytes int `yaml:"body_limit_bytes" default:"8388608" check:"positive"`
 	// DebugHeaders adds x-kvroute-* headers (matched tokens, replica, reason).
 	DebugHeaders bool `yaml:"debug_headers"`
 	// ScoresHeader adds x-kvroute-scores: every weighed endpoint's cost.
@@ -187,19 +191,19 @@ type Routing struct {
 	// "buffered" (envoy/envoy.yaml), "full_duplex" (FULL_DUPLEX_STREAMED, the
 	// GIE endpoint-picker setup) or "auto" (infer from message timing: waits
 	// up to 10 ms per request and can guess wrong under load).
-	BodyMode string `yaml:"body_mode"`
+	BodyMode string `yaml:"body_mode" default:"buffered" check:"oneof=auto|buffered|full_duplex"`
 	// MaxPromptBytes bounds what one request may have tokenized: a
 	// completion's prompt field, a chat request's body and its rendered
 	// prompt. Larger requests route by load (reason prompt_too_large).
-	MaxPromptBytes int `yaml:"max_prompt_bytes"`
+	MaxPromptBytes int `yaml:"max_prompt_bytes" default:"1048576" check:"positive" reload:"live"`
 	// MaxPromptTokens bounds the prompt tokens hashed and looked up.
-	MaxPromptTokens int `yaml:"max_prompt_tokens"`
+	MaxPromptTokens int `yaml:"max_prompt_tokens" default:"262144" check:"positive" reload:"live"`
 	// MaxMessages bounds a chat request's messages (too_many_messages).
-	MaxMessages int `yaml:"max_messages"`
+	MaxMessages int `yaml:"max_messages" default:"4096" check:"positive" reload:"live"`
 	// MaxDecideBytesInFlight bounds the body bytes being tokenized and
 	// hashed at once across all streams; a request that does not fit routes
 	// by load at once (decide_budget_full).
-	MaxDecideBytesInFlight int `yaml:"max_decide_bytes_in_flight"`
+	MaxDecideBytesInFlight int `yaml:"max_decide_bytes_in_flight" default:"8388608" check:"positive" reload:"live"`
 }
 
 // Body modes for routing.body_mode.
@@ -216,20 +220,26 @@ type Ingest struct {
 	Bind string `yaml:"bind"`
 	// QueueSize bounds each replica's decoded-batch queue; a full queue drops
 	// the batch, counts it and treats it as a sequence gap.
-	QueueSize int `yaml:"queue_size"`
+	QueueSize int `yaml:"queue_size" default:"1024" check:"positive"`
 	// ReconnectMaxBackoff caps the exponential backoff between reconnects.
-	ReconnectMaxBackoff Duration `yaml:"reconnect_max_backoff"`
+	ReconnectMaxBackoff Duration `yaml:"reconnect_max_backoff" default:"30s" check:"positive"`
 	// ScrapeInterval is how often each replica's /metrics is read; 0 disables.
-	ScrapeInterval Duration `yaml:"scrape_interval"`
+	ScrapeInterval Duration `yaml:"scrape_interval" default:"1s"`
 	// ScrapeTimeout bounds one /metrics request.
-	ScrapeTimeout Duration `yaml:"scrape_timeout"`
+	ScrapeTimeout Duration `yaml:"scrape_timeout" default:"2s" check:"positive"`
 	// HealthInterval is how often each replica's /health is probed (a
-	// liveness check much cheaper than a scrape); 0 disables.
-	HealthInterval Duration `yaml:"health_interval"`
+	// liveness check much cheaper than a scrape); 0 disables. At 100 ms a
+	// frozen engine is unroutable within one interval plus the 300 ms an
+	// unanswered probe is given, inside the 0.5 s a frozen engine may stay
+	// routable.
+	HealthInterval Duration `yaml:"health_interval" default:"100ms" check:"nonnegative"`
 	// MaxMessageBytes bounds one ZeroMQ message (and so each of its frames)
 	// on every ingest socket; a peer announcing more is disconnected before
-	// anything is allocated.
-	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// anything is allocated. vLLM publishes one batch per scheduler step: a
+	// 1M-token prefill at block size 16 stores ≈ 5.9 MB (5-byte token ids,
+	// 9-byte hashes) and may evict as many blocks, ≈ 4.2 MB of one-hash
+	// BlockRemoved maps: ≈ 10 MB per full-attention group. 32 MiB leaves 3×.
+	MaxMessageBytes int `yaml:"max_message_bytes" default:"33554432"`
 }
 
 // Pool is a model served by a set of replicas sharing tokenizer, block size
@@ -252,7 +262,7 @@ type Pool struct {
 	BlockSize int `yaml:"block_size"`
 	// Keys is the index keying mode: "tokens" (our chained keys, default) or
 	// "engine" (vLLM's own hashes; needs hash.seed and hash.algorithm to match).
-	Keys string `yaml:"keys"`
+	Keys string `yaml:"keys" default:"tokens" check:"oneof=tokens|engine"`
 	// Hash mirrors vLLM's --prefix-caching-hash-algo and PYTHONHASHSEED.
 	Hash     Hash      `yaml:"hash"`
 	Replicas []Replica `yaml:"replicas"`
@@ -275,35 +285,24 @@ const (
 // with those endpoints would be.
 type Discovery struct {
 	// Kind is "static" (pools[].replicas), "kubernetes" or "dns".
-	Kind       string              `yaml:"kind"`
+	Kind       string              `yaml:"kind" default:"static" check:"oneof=static|kubernetes|dns"`
 	Kubernetes KubernetesDiscovery `yaml:"kubernetes"`
 	DNS        DNSDiscovery        `yaml:"dns"`
-	// Ports are the discovered engines' ports.
-	Ports DiscoveryPorts `yaml:"ports"`
+	// Ports are the discovered engines' ports (engine.Ports): http is
+	// required, except for an InferencePool, whose first spec.targetPorts
+	// entry is used when 0; events 0: no events, the pool routes those
+	// replicas by load; replay 0: no replay; metrics 0: the HTTP port.
+	Ports engine.Ports `yaml:"ports"`
 	// Topic is every discovered engine's KV-event topic (vLLM's default "").
 	Topic string `yaml:"topic"`
 	// DataParallelSize is the DP ranks behind each discovered server.
-	DataParallelSize int `yaml:"data_parallel_size"`
-}
-
-// DiscoveryPorts is the port template of discovered replicas.
-type DiscoveryPorts struct {
-	// HTTP is the vLLM API server port Envoy dials. Required, except for an
-	// InferencePool, whose first spec.targetPorts entry is used when 0.
-	HTTP int `yaml:"http"`
-	// Events is the KV-event PUB port (tcp://IP:events); 0: no events, the
-	// pool routes those replicas by load.
-	Events int `yaml:"events"`
-	// Replay is the replay ROUTER port; 0: no replay.
-	Replay int `yaml:"replay"`
-	// Metrics is the port of http://IP:port/metrics; 0: the HTTP port.
-	Metrics int `yaml:"metrics"`
+	DataParallelSize int `yaml:"data_parallel_size" default:"1"`
 }
 
 // Replica is the replica a discovered engine at ip becomes: the port
 // template with override's non-zero ports (a pod's annotations) and dpSize
 // when positive. name is the source's (a pod's name, the IP for DNS).
-func (d *Discovery) Replica(name string, ip netip.Addr, override DiscoveryPorts, dpSize int) Replica {
+func (d *Discovery) Replica(name string, ip netip.Addr, override engine.Ports, dpSize int) Replica {
 	ports := d.Ports
 	for _, o := range []struct {
 		dst *int
@@ -352,19 +351,21 @@ type KubernetesDiscovery struct {
 // compose service), re-resolved every Interval.
 type DNSDiscovery struct {
 	Name     string   `yaml:"name"`
-	Interval Duration `yaml:"interval"`
+	Interval Duration `yaml:"interval" default:"10s"`
 	// Server is the DNS server's host:port; "" uses the system resolver
 	// (/etc/resolv.conf).
 	Server string `yaml:"server"`
 	// EmptyGrace is how long answers with no address (or NXDOMAIN) must
-	// go on before a pool that had engines loses them all; 0: at once.
-	EmptyGrace Duration `yaml:"empty_grace"`
+	// go on before a pool that had engines loses them all; 0: at once. 30 s
+	// outlasts a resolver's negative cache entry and a rolling restart's
+	// moment without ready pods.
+	EmptyGrace Duration `yaml:"empty_grace" default:"30s"`
 }
 
 // Hash is the engine's block-hash configuration.
 type Hash struct {
 	// Algorithm is vLLM's --prefix-caching-hash-algo.
-	Algorithm string `yaml:"algorithm"`
+	Algorithm string `yaml:"algorithm" default:"sha256"`
 	// Seed is the engine's PYTHONHASHSEED, as a string; nil when unknown.
 	Seed *string `yaml:"seed"`
 }
@@ -384,7 +385,7 @@ type Replica struct {
 	Metrics string `yaml:"metrics"`
 	// DataParallelSize is the number of DP ranks behind this server; rank r
 	// publishes on the events (and replay) port + r.
-	DataParallelSize int `yaml:"data_parallel_size"`
+	DataParallelSize int `yaml:"data_parallel_size" default:"1"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("10m", "2s").
@@ -414,10 +415,6 @@ const (
 // Hash algorithms vLLM has offered for --prefix-caching-hash-algo
 // (sha256_cbor_64bit until v0.10.1).
 var hashAlgorithms = []string{"sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "sha256_cbor_64bit"}
-
-// MaxReplicaRanks is the most (replica, DP rank) pairs one pool may hold: the
-// index keeps a pool's holders as a 64-bit set.
-const MaxReplicaRanks = 64
 
 // RankName names one data-parallel rank of the replica in the index, logs and
 // metrics: the replica's name when it has one rank, else "name/dpN".

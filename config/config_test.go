@@ -3,8 +3,10 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const minimal = `
@@ -35,28 +37,27 @@ func TestDefaultsAreAppliedOnce(t *testing.T) {
 		name      string
 		got, want any
 	}{
-		{"listen.extproc", c.Listen.ExtProc, DefaultExtProcListen},
-		{"listen.admin", c.Listen.Admin, DefaultAdminListen},
-		{"index.ttl", c.Index.TTL.Std(), DefaultIndexTTL},
-		{"index.max_entries", c.Index.MaxEntries, DefaultMaxEntries},
-		{"index.cpu_tier_weight", c.Index.CPUTierWeight, DefaultCPUTierWeight},
-		{"index.speculative_ttl", c.Index.SpeculativeTTL.Std(), DefaultSpeculativeTTL},
-		{"routing.load_weight", c.Routing.LoadWeight, 0.0},
-		{"routing.prefill_tokens_per_second", c.Routing.PrefillTokensPerSecond, float64(DefaultPrefillTokensPerSec)},
-		{"routing.decode_interference", c.Routing.DecodeInterference.Std(), DefaultDecodeInterference},
-		{"routing.kv_full_penalty", c.Routing.KVFullPenalty.Std(), DefaultKVFullPenalty},
-		{"routing.placement_slack", c.Routing.PlacementSlack, DefaultPlacementSlack},
+		{"listen.extproc", c.Listen.ExtProc, ":9002"},
+		{"listen.admin", c.Listen.Admin, "127.0.0.1:9090"},
+		{"index.ttl", c.Index.TTL.Std(), 10 * time.Minute},
+		{"index.max_entries", c.Index.MaxEntries, 20_000_000},
+		{"index.cpu_tier_weight", c.Index.CPUTierWeight, 0.5},
+		{"index.speculative_ttl", c.Index.SpeculativeTTL.Std(), 2 * time.Second},
+		{"routing.prefill_tokens_per_second", c.Routing.PrefillTokensPerSecond, 10000.0},
+		{"routing.decode_interference", c.Routing.DecodeInterference.Std(), time.Duration(0)},
+		{"routing.kv_full_penalty", c.Routing.KVFullPenalty.Std(), 500 * time.Millisecond},
+		{"routing.placement_slack", c.Routing.PlacementSlack, 0.2},
 		{"routing.fail_open", c.Routing.FailOpenEnabled(), true},
-		{"routing.body_limit_bytes", c.Routing.BodyLimitBytes, DefaultBodyLimitBytes},
+		{"routing.body_limit_bytes", c.Routing.BodyLimitBytes, 8 << 20},
 		{"routing.body_mode", c.Routing.BodyMode, BodyModeBuffered},
-		{"routing.max_prompt_bytes", c.Routing.MaxPromptBytes, DefaultMaxPromptBytes},
-		{"routing.max_prompt_tokens", c.Routing.MaxPromptTokens, DefaultMaxPromptTokens},
-		{"routing.max_messages", c.Routing.MaxMessages, DefaultMaxMessages},
-		{"routing.max_decide_bytes_in_flight", c.Routing.MaxDecideBytesInFlight, DefaultMaxDecideInFlight},
-		{"ingest.scrape_interval", c.Ingest.ScrapeInterval.Std(), DefaultScrapeInterval},
-		{"ingest.max_message_bytes", c.Ingest.MaxMessageBytes, DefaultMaxMessageBytes},
+		{"routing.max_prompt_bytes", c.Routing.MaxPromptBytes, 1 << 20},
+		{"routing.max_prompt_tokens", c.Routing.MaxPromptTokens, 256 << 10},
+		{"routing.max_messages", c.Routing.MaxMessages, 4096},
+		{"routing.max_decide_bytes_in_flight", c.Routing.MaxDecideBytesInFlight, 8 << 20},
+		{"ingest.scrape_interval", c.Ingest.ScrapeInterval.Std(), time.Second},
+		{"ingest.max_message_bytes", c.Ingest.MaxMessageBytes, 32 << 20},
 		{"pools[0].keys", c.Pools[0].Keys, KeysTokens},
-		{"pools[0].hash.algorithm", c.Pools[0].Hash.Algorithm, DefaultHashAlgorithm},
+		{"pools[0].hash.algorithm", c.Pools[0].Hash.Algorithm, "sha256"},
 		{"replica.metrics", r.Metrics, "http://10.0.0.7:8000/metrics"},
 		{"replica.data_parallel_size", r.DataParallelSize, 1},
 	}
@@ -71,13 +72,13 @@ func TestExplicitZeroesAreKept(t *testing.T) {
 	c, err := Parse([]byte(`
 listen: {admin: ""}
 index: {cpu_tier_weight: 0, speculative_ttl: 0}
-routing: {load_weight: 0, fail_open: false, placement_slack: 0}
+routing: {fail_open: false, placement_slack: 0}
 ingest: {scrape_interval: 0}
 ` + minimal))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Index.SpeculativeTTL != 0 || c.Routing.LoadWeight != 0 || c.Routing.PlacementSlack != 0 ||
+	if c.Listen.Admin != "" || c.Index.CPUTierWeight != 0 || c.Index.SpeculativeTTL != 0 || c.Routing.PlacementSlack != 0 ||
 		c.Routing.FailOpenEnabled() || c.Ingest.ScrapeInterval != 0 {
 		t.Fatalf("explicit zero values were overwritten: %+v", c)
 	}
@@ -88,6 +89,7 @@ func TestErrorsNameTheKeyAndValue(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"unknown top-level key", "lisen: {}\n" + minimal, `lisen: unknown key`},
+		{"removed load_weight", "routing: {load_weight: 1}\n" + minimal, `routing.load_weight: unknown key`},
 		{"unknown nested key", minimal + "    blok_size: 16\n", `pools[0].blok_size: unknown key`},
 		{"unknown replica key", strings.Replace(minimal, "name: vllm-0", "nmae: vllm-0", 1), `pools[0].replicas[0].nmae: unknown key`},
 		{"wrong type int", minimal + "    block_size: sixteen\n", `pools[0].block_size: "sixteen" is not a whole number`},
@@ -248,5 +250,61 @@ func TestPeersNeedMutualTLSOrSayInsecure(t *testing.T) {
 				t.Errorf("%s: error lacks %q:\n%v", c.name, w, err)
 			}
 		}
+	}
+}
+
+func TestLiveFollowsTheReloadTag(t *testing.T) {
+	for key, want := range map[string]bool{
+		"routing.placement_slack": true, "routing.max_decide_bytes_in_flight": true, "routing.fail_open": true,
+		"routing.body_mode": false, "routing.body_limit_bytes": false, "index.ttl": false,
+		"pools[0].tokenizer": false, "pools[2].replicas[1].address": false,
+	} {
+		if got := Live(key); got != want {
+			t.Errorf("Live(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestEveryErrorInOnePass: decoding errors (unknown keys, wrong types) and
+// validation errors of the same file are all reported.
+func TestEveryErrorInOnePass(t *testing.T) {
+	_, err := Parse([]byte(`
+lisen: {extproc: ":9002"}
+index: {ttl: soon, max_entries: 0}
+routing: {kv_usage_ceiling: 1.5, placement_slak: 1}
+pools:
+  - name: qwen3
+    models: ["Qwen/Qwen3-8B"]
+    block_size: sixteen
+    replicas:
+      - {name: vllm-0, address: vllm-0, events: "tcp://10.0.0.7:5557"}
+`))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	want := []string{
+		`lisen: unknown key; did you mean "listen"?`,
+		`index.ttl: "soon" is not a duration`,
+		`index.max_entries: 0 must be positive`,
+		`routing.kv_usage_ceiling: 1.5 is not within (0, 1]`,
+		`routing.placement_slak: unknown key; did you mean "placement_slack"?`,
+		`pools[0].block_size: "sixteen" is not a whole number`,
+		`pools[0].replicas[0].address: "vllm-0" is not ip:port`,
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for _, w := range want {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, w) }) {
+			t.Errorf("missing %q", w)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Errorf("%d errors, want %d:\n%v", len(lines), len(want), err)
+	}
+}
+
+func TestUnknownKeySuggestsOnlyNearKeys(t *testing.T) {
+	_, err := Parse([]byte("routing: {zzz: 1}\n" + minimal))
+	if err == nil || strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "routing.zzz: unknown key (known:") {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -62,12 +62,14 @@ func Parse(data []byte) (*Config, error) {
 	c := Default()
 	var d decoder
 	d.decode(&doc, reflect.ValueOf(&c).Elem(), "")
-	if len(d.errs) > 0 {
-		return nil, errors.Join(d.errs...)
-	}
+	// Validation runs after decoding errors too, so one pass reports every
+	// problem; a key that failed to decode kept its default and is not
+	// judged again.
 	c.derive()
-	if err := c.Validate(); err != nil {
-		return nil, err
+	v := validator{skip: d.failed}
+	c.validate(&v)
+	if errs := append(d.errs, v.errs...); len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return &c, nil
 }
@@ -75,7 +77,8 @@ func Parse(data []byte) (*Config, error) {
 // decoder walks a YAML node tree against a Go struct, strictly.
 type decoder struct {
 	errs   []error
-	visits int // nodes visited, aliases expanded: bounded against alias bombs
+	failed map[string]bool // key paths that failed to decode
+	visits int             // nodes visited, aliases expanded: bounded against alias bombs
 }
 
 // maxVisits bounds the nodes decoded, counting every alias expansion, so a
@@ -85,6 +88,10 @@ const maxVisits = 100_000
 var durationType = reflect.TypeOf(Duration(0))
 
 func (d *decoder) fail(path string, format string, args ...any) {
+	if d.failed == nil {
+		d.failed = map[string]bool{}
+	}
+	d.failed[path] = true
 	if path == "" {
 		path = "(top level)"
 	}
@@ -135,7 +142,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, item := range n.Content {
-			listDefaults(s.Index(i).Addr().Interface())
+			listDefaults(s.Index(i))
 			d.decode(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
 		}
 		v.Set(s)
@@ -184,7 +191,11 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		seen[key] = true
 		idx, ok := fields[key]
 		if !ok {
-			d.fail(kp, "unknown key (known: %s)", strings.Join(sortedKeys(fields), ", "))
+			if near := closest(key, fields); near != "" {
+				d.fail(kp, "unknown key; did you mean %q? (known: %s)", near, strings.Join(sortedKeys(fields), ", "))
+			} else {
+				d.fail(kp, "unknown key (known: %s)", strings.Join(sortedKeys(fields), ", "))
+			}
 			continue
 		}
 		d.decode(val, v.Field(idx), kp)
@@ -244,4 +255,45 @@ func sortedKeys(m map[string]int) []string {
 		}
 	}
 	return keys
+}
+
+// closest returns the known key nearest to key when it is near enough to be
+// a typo: at most one edit in a key of up to five bytes, two in a longer
+// one. "" when none is.
+func closest(key string, known map[string]int) string {
+	if len(key) > 64 {
+		return ""
+	}
+	limit := 1
+	if len(key) > 5 {
+		limit = 2
+	}
+	best, bestDist := "", limit+1
+	for _, k := range sortedKeys(known) {
+		if d := editDistance(key, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 func TestDiscoveredPoolsValidate(t *testing.T) {
@@ -71,15 +73,15 @@ func TestDiscoveryErrorsNameTheKey(t *testing.T) {
 }
 
 func TestDiscoveredReplicaFollowsThePortTemplate(t *testing.T) {
-	d := Discovery{Ports: DiscoveryPorts{HTTP: 8000, Events: 5557, Replay: 5558}, Topic: "kv", DataParallelSize: 1}
-	r := d.Replica("pod-a", netip.MustParseAddr("10.1.2.3"), DiscoveryPorts{}, 0)
+	d := Discovery{Ports: engine.Ports{HTTP: 8000, Events: 5557, Replay: 5558}, Topic: "kv", DataParallelSize: 1}
+	r := d.Replica("pod-a", netip.MustParseAddr("10.1.2.3"), engine.Ports{}, 0)
 	want := Replica{Name: "pod-a", Address: "10.1.2.3:8000", Events: "tcp://10.1.2.3:5557", Replay: "tcp://10.1.2.3:5558",
 		Topic: "kv", Metrics: "http://10.1.2.3:8000/metrics", DataParallelSize: 1}
 	if r != want {
 		t.Fatalf("got %+v\nwant %+v", r, want)
 	}
 	// Overrides (a pod's annotations), a metrics port, DP size and IPv6.
-	r = d.Replica("pod-b", netip.MustParseAddr("fd00::7"), DiscoveryPorts{HTTP: 9000, Metrics: 9090}, 2)
+	r = d.Replica("pod-b", netip.MustParseAddr("fd00::7"), engine.Ports{HTTP: 9000, Metrics: 9090}, 2)
 	want = Replica{Name: "pod-b", Address: "[fd00::7]:9000", Events: "tcp://[fd00::7]:5557", Replay: "tcp://[fd00::7]:5558",
 		Topic: "kv", Metrics: "http://[fd00::7]:9090/metrics", DataParallelSize: 2}
 	if r != want {

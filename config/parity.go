@@ -9,16 +9,17 @@ import "time"
 type Parity struct {
 	// Canaries turns the /tokenize canaries on (at start, when a replica
 	// joins or its engine restarts, after a reload, and every Interval).
-	Canaries bool `yaml:"canaries"`
+	Canaries bool `yaml:"canaries" default:"true"`
 	// Interval is how often the canaries run again on each replica while
-	// serving; 0 runs them only at the events above.
-	Interval Duration `yaml:"interval"`
+	// serving; 0 runs them only at the events above. Two canary requests
+	// (a completion and a chat prompt) per replica a minute.
+	Interval Duration `yaml:"interval" default:"1m"`
 	// Timeout bounds one canary request.
-	Timeout Duration `yaml:"timeout"`
+	Timeout Duration `yaml:"timeout" default:"5s"`
 	// OnMismatch is what a pool does while one of its replicas mismatches:
 	// keep_routing (by prefix, as before) or route_by_load (the whole pool
 	// routes by load only until every check is back to match or unknown).
-	OnMismatch string `yaml:"on_mismatch"`
+	OnMismatch string `yaml:"on_mismatch" default:"keep_routing"`
 }
 
 // parity.on_mismatch values.
@@ -27,20 +28,8 @@ const (
 	ParityRouteByLoad = "route_by_load"
 )
 
-// Parity defaults: two canary requests (a completion and a chat prompt) per
-// replica a minute.
-const (
-	DefaultParityInterval   = time.Minute
-	DefaultParityTimeout    = 5 * time.Second
-	DefaultParityOnMismatch = ParityKeepRouting
-	// MinParityInterval keeps the canaries rare next to real traffic.
-	MinParityInterval = time.Second
-)
-
-func defaultParity() Parity {
-	return Parity{Canaries: true, Interval: Duration(DefaultParityInterval),
-		Timeout: Duration(DefaultParityTimeout), OnMismatch: DefaultParityOnMismatch}
-}
+// MinParityInterval keeps the canaries rare next to real traffic.
+const MinParityInterval = time.Second
 
 func (v *validator) parity(p *Parity) {
 	if p.Interval != 0 && p.Interval.Std() < MinParityInterval {

@@ -3,21 +3,28 @@ package config
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // Validate checks a defaulted config and returns every problem found, each
 // naming its key path and the offending value.
 func (c *Config) Validate() error {
 	var v validator
+	c.validate(&v)
+	return errors.Join(v.errs...)
+}
+
+func (c *Config) validate(v *validator) {
 	v.listen("listen.extproc", c.Listen.ExtProc, false)
 	if c.Listen.Admin != "" {
 		v.listen("listen.admin", c.Listen.Admin, false)
@@ -28,84 +35,14 @@ func (c *Config) Validate() error {
 	if c.Listen.TLS.ClientCAFile != "" && c.Listen.TLS.CertFile == "" {
 		v.fail("listen.tls.client_ca_file", "needs cert_file and key_file")
 	}
-	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
-	v.oneOf("log.format", c.Log.Format, "json", "text")
-	if c.Index.TTL <= 0 {
-		v.fail("index.ttl", "%s must be positive", c.Index.TTL)
-	}
-	if c.Index.MaxEntries <= 0 {
-		v.fail("index.max_entries", "%d must be positive", c.Index.MaxEntries)
-	}
-	if c.Index.CPUTierWeight < 0 || c.Index.CPUTierWeight > 1 {
-		v.fail("index.cpu_tier_weight", "%g is not within 0..1", c.Index.CPUTierWeight)
-	}
-	if c.Index.SpeculativeTTL < 0 {
-		v.fail("index.speculative_ttl", "%s must not be negative", c.Index.SpeculativeTTL)
-	}
-	if c.Routing.LoadWeight < 0 {
-		v.fail("routing.load_weight", "%g must not be negative", c.Routing.LoadWeight)
-	}
-	if !(c.Routing.PrefillTokensPerSecond > 0) || math.IsInf(c.Routing.PrefillTokensPerSecond, 0) {
-		v.fail("routing.prefill_tokens_per_second", "%g must be positive", c.Routing.PrefillTokensPerSecond)
-	}
-	if !(c.Routing.ForeignRequestTokens >= 0) || math.IsInf(c.Routing.ForeignRequestTokens, 0) {
-		v.fail("routing.foreign_request_tokens", "%g must not be negative", c.Routing.ForeignRequestTokens)
-	}
-	if !(c.Routing.ForeignRunningShare >= 0 && c.Routing.ForeignRunningShare <= 1) {
-		v.fail("routing.foreign_running_share", "%g must be within 0..1", c.Routing.ForeignRunningShare)
-	}
-	if c.Routing.DecodeInterference < 0 {
-		v.fail("routing.decode_interference", "%s must not be negative", c.Routing.DecodeInterference)
-	}
-	if c.Routing.KVFullPenalty < 0 {
-		v.fail("routing.kv_full_penalty", "%s must not be negative", c.Routing.KVFullPenalty)
-	}
-	if !(c.Routing.PlacementSlack >= 0) || math.IsInf(c.Routing.PlacementSlack, 0) {
-		v.fail("routing.placement_slack", "%g must not be negative", c.Routing.PlacementSlack)
-	}
-	if c.Routing.KVUsageCeiling <= 0 || c.Routing.KVUsageCeiling > 1 {
-		v.fail("routing.kv_usage_ceiling", "%g is not within (0, 1]", c.Routing.KVUsageCeiling)
-	}
-	if c.Routing.BodyLimitBytes <= 0 {
-		v.fail("routing.body_limit_bytes", "%d must be positive", c.Routing.BodyLimitBytes)
-	}
-	v.oneOf("routing.body_mode", c.Routing.BodyMode, BodyModeAuto, BodyModeBuffered, BodyModeFullDuplex)
-	for _, l := range []struct {
-		key string
-		v   int
-	}{
-		{"routing.max_prompt_bytes", c.Routing.MaxPromptBytes},
-		{"routing.max_prompt_tokens", c.Routing.MaxPromptTokens},
-		{"routing.max_messages", c.Routing.MaxMessages},
-		{"routing.max_decide_bytes_in_flight", c.Routing.MaxDecideBytesInFlight},
-	} {
-		if l.v <= 0 {
-			v.fail(l.key, "%d must be positive", l.v)
-		}
-	}
+	v.checkFields(reflect.ValueOf(c).Elem(), "")
 	v.peers(&c.Peers)
 	v.parity(&c.Parity)
 	if c.Ingest.Bind != "" {
 		v.zmq("ingest.bind", c.Ingest.Bind, true)
 	}
-	if c.Ingest.QueueSize <= 0 {
-		v.fail("ingest.queue_size", "%d must be positive", c.Ingest.QueueSize)
-	}
-	if c.Ingest.ReconnectMaxBackoff <= 0 {
-		v.fail("ingest.reconnect_max_backoff", "%s must be positive", c.Ingest.ReconnectMaxBackoff)
-	}
 	if c.Ingest.MaxMessageBytes <= 0 || c.Ingest.MaxMessageBytes > MaxMessageBytesLimit {
 		v.fail("ingest.max_message_bytes", "%d must be in (0, %d]", c.Ingest.MaxMessageBytes, MaxMessageBytesLimit)
-	}
-	if c.Ingest.ScrapeTimeout <= 0 {
-		v.fail("ingest.scrape_timeout", "%s must be positive", c.Ingest.ScrapeTimeout)
-	}
-	if c.Ingest.HealthInterval < 0 {
-		v.fail("ingest.health_interval", "%s must not be negative", c.Ingest.HealthInterval)
-	}
-	v.oneOf("tracing.protocol", c.Tracing.Protocol, TracingGRPC, TracingHTTP)
-	if !(c.Tracing.SampleRatio >= 0 && c.Tracing.SampleRatio <= 1) {
-		v.fail("tracing.sample_ratio", "%g is not within 0..1", c.Tracing.SampleRatio)
 	}
 	if c.Tracing.Endpoint != "" && len(c.Tracing.Endpoint) > maxPathBytes {
 		v.fail("tracing.endpoint", "is longer than %d bytes", maxPathBytes)
@@ -120,9 +57,8 @@ func (c *Config) Validate() error {
 	modelPool := map[string]string{}
 	topics := map[string]string{}
 	for i := range c.Pools {
-		c.validatePool(&v, i, poolNames, modelPool, topics)
+		c.validatePool(v, i, poolNames, modelPool, topics)
 	}
-	return errors.Join(v.errs...)
 }
 
 func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, modelPool, topics map[string]string) {
@@ -166,7 +102,6 @@ func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, mod
 	if p.BlockSize < 0 || p.BlockSize > 1024 {
 		v.fail(at("block_size"), "%d is not within 0..1024 (0 learns it from events)", p.BlockSize)
 	}
-	v.oneOf(at("keys"), p.Keys, KeysTokens, KeysEngine)
 	v.oneOf(at("hash.algorithm"), p.Hash.Algorithm, hashAlgorithms...)
 	if p.Keys == KeysEngine && p.Hash.Seed == nil {
 		v.fail(at("hash.seed"), "is required for keys: engine (vLLM's PYTHONHASHSEED; without it the engine's hashes are random per process)")
@@ -241,13 +176,13 @@ func (v *validator) replicas(reps []Replica, bind bool, at func(j int, key strin
 				v.fail(rat("metrics"), "%q is not an http(s) URL", r.Metrics)
 			}
 		}
-		if r.DataParallelSize < 1 || r.DataParallelSize > MaxReplicaRanks {
-			v.fail(rat("data_parallel_size"), "%d is not within 1..%d", r.DataParallelSize, MaxReplicaRanks)
+		if r.DataParallelSize < 1 || r.DataParallelSize > engine.MaxRanks {
+			v.fail(rat("data_parallel_size"), "%d is not within 1..%d", r.DataParallelSize, engine.MaxRanks)
 		}
 		ranks += max(r.DataParallelSize, 1)
 	}
-	if ranks > MaxReplicaRanks {
-		v.fail(all, "%d replica ranks (replicas × data_parallel_size) exceed the limit of %d per pool; split the pool", ranks, MaxReplicaRanks)
+	if ranks > engine.MaxRanks {
+		v.fail(all, "%d replica ranks (replicas × data_parallel_size) exceed the limit of %d per pool; split the pool", ranks, engine.MaxRanks)
 	}
 }
 
@@ -256,9 +191,8 @@ func (v *validator) replicas(reps []Replica, bind bool, at func(j int, key strin
 func (c *Config) validateDiscovery(v *validator, p *Pool, at func(string) string) {
 	d := &p.Discovery
 	dat := func(key string) string { return at("discovery." + key) }
-	v.oneOf(dat("kind"), d.Kind, DiscoveryStatic, DiscoveryKubernetes, DiscoveryDNS)
 	if d.Kind == DiscoveryStatic {
-		if d.Kubernetes != (KubernetesDiscovery{}) || d.DNS.Name != "" || d.DNS.Server != "" || d.Ports != (DiscoveryPorts{}) || d.Topic != "" || d.DataParallelSize > 1 {
+		if d.Kubernetes != (KubernetesDiscovery{}) || d.DNS.Name != "" || d.DNS.Server != "" || d.Ports != (engine.Ports{}) || d.Topic != "" || d.DataParallelSize > 1 {
 			v.fail(at("discovery"), "kind static takes no other discovery keys (set kind: kubernetes or dns)")
 		}
 		return
@@ -284,11 +218,11 @@ func (c *Config) validateDiscovery(v *validator, p *Pool, at func(string) string
 	if d.Ports.Replay != 0 && d.Ports.Events == 0 {
 		v.fail(dat("ports.replay"), "needs ports.events")
 	}
-	if d.DataParallelSize < 1 || d.DataParallelSize > MaxReplicaRanks {
-		v.fail(dat("data_parallel_size"), "%d is not within 1..%d", d.DataParallelSize, MaxReplicaRanks)
+	if d.DataParallelSize < 1 || d.DataParallelSize > engine.MaxRanks {
+		v.fail(dat("data_parallel_size"), "%d is not within 1..%d", d.DataParallelSize, engine.MaxRanks)
 	}
-	if len(d.Topic) > maxTopicBytes {
-		v.fail(dat("topic"), "is longer than %d bytes", maxTopicBytes)
+	if len(d.Topic) > engine.MaxTopicBytes {
+		v.fail(dat("topic"), "is longer than %d bytes", engine.MaxTopicBytes)
 	}
 	switch d.Kind {
 	case DiscoveryDNS:
@@ -346,8 +280,6 @@ const (
 	// maxSelectorBytes bounds a label selector (Kubernetes allows 63-byte
 	// keys and values; a selector of dozens of terms is already unusual).
 	maxSelectorBytes = 4096
-	// maxTopicBytes matches ingest's bound on a topic it will match.
-	maxTopicBytes = 1024
 )
 
 // isHostname: a DNS name of letters, digits, hyphens and underscores in dot-
@@ -390,9 +322,15 @@ func isDNSLabelish(s string) bool {
 // maxPathBytes bounds a file path in the config (Linux's PATH_MAX).
 const maxPathBytes = 4096
 
-type validator struct{ errs []error }
+type validator struct {
+	errs []error
+	skip map[string]bool // key paths not judged (they failed to decode)
+}
 
 func (v *validator) fail(path, format string, args ...any) {
+	if v.skip[path] {
+		return
+	}
 	v.errs = append(v.errs, fmt.Errorf("%s: %s", boundedPath(path), fmt.Sprintf(format, boundArgs(format, args)...)))
 }
 

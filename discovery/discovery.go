@@ -10,6 +10,8 @@ package discovery
 import (
 	"context"
 	"net/netip"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // Target is one engine a source found.
@@ -26,14 +28,9 @@ type Target struct {
 	IP netip.Addr
 	// Ports override the pool's port template where non-zero (a pod's
 	// kvroute.io/* annotations, an InferencePool's target port).
-	Ports Ports
+	Ports engine.Ports
 	// DataParallelSize overrides the pool's DP size where non-zero.
 	DataParallelSize int
-}
-
-// Ports are an engine's ports; 0 means "the pool's template".
-type Ports struct {
-	HTTP, Events, Replay, Metrics int
 }
 
 // Source reports a pool's engines.

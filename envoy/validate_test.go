@@ -145,8 +145,8 @@ func cppRules(bs *bootstrapv3.Bootstrap, typed []proto.Message) []error {
 					fail("ext_proc: message_timeout %s (default 200ms) is too short for tokenizing long prompts; use seconds", d)
 				}
 				for _, limit := range bufferLimits {
-					if limit == 0 || limit > uint32(config.DefaultBodyLimitBytes) {
-						fail("listener per_connection_buffer_limit_bytes %d: set it, ≤ kvroute's routing.body_limit_bytes (%d) so BUFFERED bodies fit kvroute's gRPC limit", limit, config.DefaultBodyLimitBytes)
+					if limit == 0 || limit > uint32(config.Default().Routing.BodyLimitBytes) {
+						fail("listener per_connection_buffer_limit_bytes %d: set it, ≤ kvroute's routing.body_limit_bytes (%d) so BUFFERED bodies fit kvroute's gRPC limit", limit, config.Default().Routing.BodyLimitBytes)
 					}
 				}
 			default:

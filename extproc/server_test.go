@@ -203,7 +203,7 @@ func TestTiesSpreadAcrossReplicas(t *testing.T) {
 	for i := 0; i < 60; i++ {
 		res := h.do(fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}, completion(sharedPrefix))
 		seen[res.Headers[HeaderDestination]]++
-		h.ix.EndRequest(h.eps[0].Replica) // keep in-flight counts from breaking the tie
+		h.ix.EndWork(h.eps[0].Replica, index.Ticket{}) // keep in-flight counts from breaking the tie
 	}
 	if seen[h.eps[0].Address] == 0 || seen[h.eps[1].Address] == 0 || seen[h.eps[2].Address] != 0 {
 		t.Fatalf("tie between two equal holders split %v", seen)

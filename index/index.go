@@ -10,7 +10,6 @@ package index
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // BlockKey is one full KV block's 64-bit key (vLLM's event hash in engine
@@ -31,8 +32,9 @@ type PoolID uint16
 // server with data-parallel ranks has one ReplicaID per rank.
 type ReplicaID uint8
 
-// MaxReplicas is the most replicas (ranks) one pool holds: holder sets are 64-bit.
-const MaxReplicas = 64
+// MaxReplicas is the most replicas (ranks) one pool holds: holder sets are
+// 64-bit (engine.MaxRanks).
+const MaxReplicas = engine.MaxRanks
 
 // Replica identifies one replica (rank) of one pool. Gen tells the
 // occupants of a reused ReplicaID apart: a handle of a removed replica (held
@@ -82,7 +84,7 @@ type Options struct {
 }
 
 // ErrTooManyReplicas is returned by AddReplica when a pool is full.
-var ErrTooManyReplicas = errors.New("index: pool already has 64 replicas")
+var ErrTooManyReplicas = fmt.Errorf("index: pool already has %d replicas", MaxReplicas)
 
 // tick is the index's clock unit for freshness: 100 ms since the index started.
 const tick = 100 * time.Millisecond

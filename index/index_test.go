@@ -401,24 +401,24 @@ func TestLoadInFlightAndHealth(t *testing.T) {
 	f := newFixture(t, 1, Options{})
 	a := f.r[0]
 	at := f.clock.Now()
-	f.ix.BeginRequest(a)
-	f.ix.BeginRequest(a)
+	f.ix.BeginWork(a, 0, 0)
+	f.ix.BeginWork(a, 0, 0)
 	st, _ := f.ix.Replica(a)
-	if st.QueuedWork() != 2 || !st.Healthy {
-		t.Fatalf("state = %+v, want 2 queued and healthy", st)
+	if st.InFlight != 2 || !st.Healthy {
+		t.Fatalf("state = %+v, want 2 in flight and healthy", st)
 	}
 	f.ix.SetLoad(a, Load{Running: 3, Waiting: 1, KVUsage: 0.5}, at) // includes the 2 above
-	f.ix.BeginRequest(a)
+	f.ix.BeginWork(a, 0, 0)
 	st, _ = f.ix.Replica(a)
-	if st.QueuedWork() != 5 || st.Load.KVUsage != 0.5 || !st.LoadAt.Equal(at) {
-		t.Fatalf("state = %+v, want queued 5", st)
+	if st.InFlight != 3 || st.InFlightAtLoad != 2 || st.Load.KVUsage != 0.5 || !st.LoadAt.Equal(at) {
+		t.Fatalf("state = %+v, want 3 in flight, 2 at load", st)
 	}
 	for i := 0; i < 5; i++ {
-		f.ix.EndRequest(a) // more ends than begins never go negative
+		f.ix.EndWork(a, Ticket{}) // more ends than begins never go negative
 	}
 	st, _ = f.ix.Replica(a)
-	if st.InFlight != 0 || st.QueuedWork() != 4 {
-		t.Fatalf("state = %+v, want in-flight 0, queued 4", st)
+	if st.InFlight != 0 {
+		t.Fatalf("state = %+v, want in-flight 0", st)
 	}
 	f.ix.SetHealthy(a, false)
 	if st, _ := f.ix.Replica(a); st.Healthy {
@@ -584,7 +584,7 @@ func TestRemovedReplicaHandlesAreInert(t *testing.T) {
 	}
 	ix.Store(old, keys(0, 8), TierGPU)
 	ix.StoreSpeculative(old, keys(0, 8))
-	ix.BeginRequest(old)
+	ix.BeginWork(old, 0, 0)
 	if ms := ix.LookupRoute(pid, keys(0, 8), nil); len(ms) != 0 {
 		t.Fatalf("a stale handle's stores landed on the new replica: %+v", ms)
 	}

@@ -38,8 +38,7 @@ type replicaState struct {
 	gen    uint32       // Replica.Gen of the handles that name it
 	blocks atomic.Int64 // blocks held, any tier
 
-	inFlight         atomic.Int64 // routed here, stream not ended
-	startedSinceLoad atomic.Int64 // routed here since the last SetLoad
+	inFlight atomic.Int64 // routed here, stream not ended
 
 	mu      sync.Mutex
 	load    Load
@@ -124,9 +123,6 @@ type ReplicaState struct {
 	InFlight int64
 	// InFlightAtLoad is InFlight when Load was recorded.
 	InFlightAtLoad int64
-	// StartedSinceLoad counts requests routed here since the last SetLoad:
-	// work the engine's own figures cannot show yet.
-	StartedSinceLoad int64
 	// Blocks counts blocks held, any tier.
 	Blocks int64
 	// PrefillRate is the prefill throughput learned from the engine's
@@ -149,13 +145,6 @@ type ReplicaState struct {
 // RecentTokensTau, as of the snapshot: how fast its cache is being written.
 func (s ReplicaState) RecentTokens() float64 { return s.recentTokens.decayed(s.At) }
 
-// QueuedWork is the replica's queue as a request count: running and waiting
-// from its last /metrics plus the requests routed to it since (which that
-// scrape could not include), bounded by those still in flight.
-func (s ReplicaState) QueuedWork() float64 {
-	return s.Load.Running + s.Load.Waiting + float64(min(s.InFlight, s.StartedSinceLoad))
-}
-
 // SetLoad records a replica's load as read at time at, and learns the
 // prefill rate and mean uncached prompt from the counters' increase since the
 // previous call (a decrease is an engine restart: nothing is learned).
@@ -165,7 +154,6 @@ func (ix *Index) SetLoad(r Replica, l Load, at time.Time) {
 		return
 	}
 	rs.setLoad(l, at)
-	rs.startedSinceLoad.Store(0)
 }
 
 // setLoad is SetLoad under rs's lock, released on every exit, a panic
@@ -229,12 +217,6 @@ func (ix *Index) SetHealthy(r Replica, healthy bool) {
 	rs.healthy = healthy
 }
 
-// BeginRequest counts a request the router sent to r (no prefill work).
-func (ix *Index) BeginRequest(r Replica) { ix.BeginWork(r, 0, 0) }
-
-// EndRequest counts the end of a request begun with BeginRequest.
-func (ix *Index) EndRequest(r Replica) { ix.EndWork(r, Ticket{}) }
-
 // BeginWork counts a request the router sent to r with tokens uncached
 // prompt tokens to prefill; the replica's own queue drains at rate tokens/s
 // (the router's current estimate) until then. EndWork must follow.
@@ -244,7 +226,6 @@ func (ix *Index) BeginWork(r Replica, tokens int, rate float64) Ticket {
 		return Ticket{}
 	}
 	rs.inFlight.Add(1)
-	rs.startedSinceLoad.Add(1)
 	now := ix.now()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -333,7 +314,6 @@ func (rs *replicaState) snapshot(r Replica, now time.Time, defaultRate float64) 
 		Healthy:          rs.healthy,
 		InFlight:         rs.inFlight.Load(),
 		InFlightAtLoad:   rs.inFlightAtLoad,
-		StartedSinceLoad: rs.startedSinceLoad.Load(),
 		Blocks:           rs.blocks.Load(),
 		PrefillRate:      rs.rate,
 		MeanPromptTokens: rs.meanTokens,

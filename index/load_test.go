@@ -18,7 +18,7 @@ func TestRecentTokensDecay(t *testing.T) {
 	}
 	f.ix.EndWork(a, f.ix.BeginWork(a, 100, 1000))
 	f.ix.BeginWork(a, 300, 1000)
-	f.ix.BeginRequest(a)
+	f.ix.BeginWork(a, 0, 0)
 	if got := recent(a); got != 400 {
 		t.Fatalf("recent %g after 100 and 300 uncached tokens, want 400", got)
 	}

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -27,6 +28,8 @@ import (
 	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
+
+	"github.com/kvroute/kvroute/internal/zmtpcap"
 )
 
 func TestMain(m *testing.M) {
@@ -901,7 +904,7 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 	publish(t, engine, st[stepPrompt])
 	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
 
-	forger := zmq4.NewPub(t.Context(), QuietZMQ)
+	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)
@@ -946,7 +949,7 @@ func TestForgedBackwardsSeqInBindModeIsNoRestart(t *testing.T) {
 	keys := tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})
 	waitFor(t, "the engine's batches", func() bool { return h.held("p", "a", keys) == 3 })
 
-	forger := zmq4.NewPub(t.Context(), QuietZMQ)
+	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)
@@ -991,14 +994,19 @@ func TestApplierPanicIsRecoveredAndCounted(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 10)
 	var once sync.Once
+	logs := &lockedBuffer{}
 	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})),
 		func(m *Manager) {
-			m.tuning.beforeApply = func() { once.Do(func() { panic("injected") }) }
+			m.log = slog.New(slog.NewTextHandler(logs, nil))
+			m.tuning.beforeApply = func() { once.Do(func() { panic("injected SECRET-PROMPT") }) }
 		})
 	before := h.counter(panics.MetricName, "component", compApplier)
 	waitSubscribed(t, pub)
 	publish(t, pub, st[stepPrompt], st[stepDecode])
 	waitFor(t, "the applier recovers", func() bool { return h.counter(panics.MetricName, "component", compApplier) == before+1 })
+	if l := logs.String(); strings.Contains(l, "SECRET") || !strings.Contains(l, "panic_type=string") {
+		t.Errorf("the panic's log line must name its type, never its value:\n%s", l)
+	}
 	publish(t, pub, st[stepLoRA])
 	waitFor(t, "all blocks", func() bool {
 		return h.held("p", "r0", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
@@ -1195,7 +1203,7 @@ func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
 	waitSubscribed(t, engine)
 	publish(t, engine, st[stepPrompt])
 	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
-	forger := zmq4.NewPub(t.Context(), QuietZMQ)
+	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)
@@ -1211,4 +1219,22 @@ func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
 	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
 		t.Errorf("the forged batch's %d blocks are held", got)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

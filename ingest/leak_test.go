@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvroute/kvroute/internal/zmtpcap"
 )
 
 // TestClosedSocketLeavesNoReaderBehind: every socket kind ingest opens, on
@@ -21,26 +23,26 @@ import (
 // 11 messages of up to Settings.MaxMessageBytes. third_party/zmq4 carries
 // the fix; before it this test failed on every kind (checked).
 func TestClosedSocketLeavesNoReaderBehind(t *testing.T) {
-	lim := &frameLimit{maxMessageBytes: 1 << 20}
+	lim := &zmtpcap.Limit{MaxMessageBytes: 1 << 20}
 	for _, tc := range []struct {
 		name, peerType string
 		newSock        func(ctx context.Context) zmq4.Socket
 		bind           bool
 	}{
-		{"connected SUB", "PUB", func(ctx context.Context) zmq4.Socket { return zmq4.NewSub(ctx, QuietZMQ) }, false},
-		{"bound SUB", "PUB", func(ctx context.Context) zmq4.Socket { return zmq4.NewSub(ctx, QuietZMQ) }, true},
-		{"replay DEALER", "ROUTER", func(ctx context.Context) zmq4.Socket { return zmq4.NewDealer(ctx, QuietZMQ) }, false},
+		{"connected SUB", "PUB", func(ctx context.Context) zmq4.Socket { return zmq4.NewSub(ctx, zmtpcap.Quiet) }, false},
+		{"bound SUB", "PUB", func(ctx context.Context) zmq4.Socket { return zmq4.NewSub(ctx, zmtpcap.Quiet) }, true},
+		{"replay DEALER", "ROUTER", func(ctx context.Context) zmq4.Socket { return zmq4.NewDealer(ctx, zmtpcap.Quiet) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := blockedReaders() // a failure of an earlier kind stays blocked
-			s := tc.newSock(withFrameLimit(t.Context(), lim))
+			s := tc.newSock(zmtpcap.Context(t.Context(), lim))
 			if err := s.SetOption(zmq4.OptionSubscribe, ""); err != nil {
 				t.Fatal(err)
 			}
 			var peer net.Conn
 			if tc.bind {
 				ep := freeEndpoint(t)
-				if err := s.Listen(CappedEndpoint(ep)); err != nil {
+				if err := s.Listen(zmtpcap.Endpoint(ep)); err != nil {
 					t.Fatal(err)
 				}
 				c, err := net.Dial("tcp", strings.TrimPrefix(ep, "tcp://"))
@@ -63,7 +65,7 @@ func TestClosedSocketLeavesNoReaderBehind(t *testing.T) {
 					}
 					close(accepted)
 				}()
-				if err := s.Dial(CappedEndpoint("tcp://" + l.Addr().String())); err != nil {
+				if err := s.Dial(zmtpcap.Endpoint("tcp://" + l.Addr().String())); err != nil {
 					t.Fatal(err)
 				}
 				peer = <-accepted

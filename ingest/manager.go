@@ -25,6 +25,8 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
+
+	"github.com/kvroute/kvroute/internal/zmtpcap"
 )
 
 // Options configures a Manager. The caller (package server) resolves the
@@ -117,7 +119,7 @@ type Manager struct {
 	runWG *sync.WaitGroup
 
 	// limits holds the capped sockets' limit per socket kind (zmtp.go).
-	limits map[string]*frameLimit
+	limits map[string]*zmtpcap.Limit
 
 	// bind mode: topic → ranks (by DP rank), resolved lazily and cached.
 	topicMu    sync.Mutex
@@ -163,7 +165,7 @@ func New(opts Options) (*Manager, error) {
 		m.now = time.Now
 	}
 	m.httpc = &http.Client{Timeout: max(m.set.ScrapeTimeout, time.Millisecond)}
-	m.limits = map[string]*frameLimit{}
+	m.limits = map[string]*zmtpcap.Limit{}
 	for _, kind := range []string{sockBind, sockEvents, sockReplay} {
 		m.limits[kind] = m.frameLimit(kind)
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -16,11 +14,11 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-)
 
-// QuietZMQ keeps zmq4's own logger out of kvroute's logs: the option every
-// zmq4 socket kvroute makes takes (ingest's and the peer mesh's).
-var QuietZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
+	"github.com/kvroute/kvroute/internal/zmtpcap"
+
+	"github.com/kvroute/kvroute/internal/engine"
+)
 
 // subscribeLoop keeps a SUB socket connected to the rank's PUB endpoint,
 // reconnecting with capped exponential backoff and jitter.
@@ -58,12 +56,12 @@ func (rs *rankState) subscribeLoop(ctx context.Context) {
 func (rs *rankState) subscribeOnce(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sub := zmq4.NewSub(withFrameLimit(sctx, rs.mgr.limits[sockEvents]), QuietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
+	sub := zmq4.NewSub(zmtpcap.Context(sctx, rs.mgr.limits[sockEvents]), zmtpcap.Quiet, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, rs.in.Topic); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
-	if err := sub.Dial(CappedEndpoint(rs.events)); err != nil {
+	if err := sub.Dial(zmtpcap.Endpoint(rs.events)); err != nil {
 		return err
 	}
 	rs.setConnected(true)
@@ -132,9 +130,9 @@ func (m *Manager) bindSockets(ctx context.Context) ([]zmq4.Socket, error) {
 	for r := range ranks {
 		ep, err := offsetEndpoint(bind, r)
 		if err == nil {
-			s := zmq4.NewSub(withFrameLimit(ctx, m.limits[sockBind]), QuietZMQ)
+			s := zmq4.NewSub(zmtpcap.Context(ctx, m.limits[sockBind]), zmtpcap.Quiet)
 			if err = s.SetOption(zmq4.OptionSubscribe, ""); err == nil {
-				err = s.Listen(CappedEndpoint(ep))
+				err = s.Listen(zmtpcap.Endpoint(ep))
 			}
 			if err == nil {
 				socks = append(socks, s)
@@ -167,7 +165,7 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 			continue
 		}
 		var rs *rankState
-		if len(msg.Frames[0]) <= maxTopicBytes {
+		if len(msg.Frames[0]) <= engine.MaxTopicBytes {
 			rs = m.resolveTopic(string(msg.Frames[0]), rank)
 		}
 		if rs == nil {
@@ -192,16 +190,12 @@ func (m *Manager) readBound(ctx context.Context, s zmq4.Socket, rank int) {
 // network); only topics that name a replica are cached.
 const maxTopicCache = 4096
 
-// maxTopicBytes: a longer bind-mode topic names no replica (vLLM's are
-// short, e.g. kv@10.0.0.7:8000@Qwen/Qwen3-8B) and is rejected unread.
-const maxTopicBytes = 1024
-
 // resolveTopic finds the replica rank a bind-mode topic belongs to: a
 // replica whose topic is exactly it, else the `kv@<ip>:<port>@<model>`
 // convention matched against replica addresses (and pool models when the
 // address is ambiguous).
 func (m *Manager) resolveTopic(topic string, rank int) *rankState {
-	if len(topic) > maxTopicBytes {
+	if len(topic) > engine.MaxTopicBytes {
 		return nil
 	}
 	m.topicMu.Lock()
@@ -258,9 +252,9 @@ func (m *Manager) matchTopic(topic string) []*rankState {
 func (m *Manager) fetchReplay(ctx context.Context, endpoint string, start uint64, fn func(seq uint64, payload []byte)) error {
 	rctx, cancel := context.WithTimeout(ctx, m.tuning.replayTimeout)
 	defer cancel()
-	d := zmq4.NewDealer(withFrameLimit(rctx, m.limits[sockReplay]), QuietZMQ, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
+	d := zmq4.NewDealer(zmtpcap.Context(rctx, m.limits[sockReplay]), zmtpcap.Quiet, zmq4.WithDialerMaxRetries(2), zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerTimeout(2*time.Second))
 	defer d.Close()
-	if err := d.Dial(CappedEndpoint(endpoint)); err != nil {
+	if err := d.Dial(zmtpcap.Endpoint(endpoint)); err != nil {
 		return err
 	}
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, start))); err != nil {

@@ -16,6 +16,17 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/internal/zmtpcap"
+)
+
+// ZMTP 3 framing (RFC 23 §"Framing"), as a test peer writes it: a 64-byte
+// greeting, then frames of [flags][size: 1 byte, or 8 bytes big-endian when
+// flags&long][body].
+const (
+	zmtpGreetingLen = 64
+	zmtpFlagMore    = 0x01
+	zmtpFlagLong    = 0x02
+	zmtpFlagCommand = 0x04
 )
 
 // zmtpGreeting is a ZMTP 3.0 greeting with the NULL mechanism.
@@ -135,7 +146,7 @@ func TestOversizeFrameOnBoundSocketIsRefused(t *testing.T) {
 		c.Close()
 	}
 	waitFor(t, "refusals counted", func() bool {
-		return h.counter(metricFramesRefused, "socket", sockBind, "reason", refuseFrame) == 2
+		return h.counter(metricFramesRefused, "socket", sockBind, "reason", zmtpcap.ReasonFrame) == 2
 	})
 	serveEngine(t, h, bind, "engine-a", "a", st[stepPrompt])
 	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})); got != 2 {
@@ -198,16 +209,16 @@ func TestOversizeFrameOnConnectedSubscriberAndReplayIsRefused(t *testing.T) {
 	publish(t, good, st[stepPrompt])
 	waitFor(t, "the good replica's batch", func() bool { return h.status("good").Batches == 1 })
 	waitFor(t, "events refusal counted", func() bool {
-		return h.counter(metricFramesRefused, "socket", sockEvents, "reason", refuseFrame) >= 1
+		return h.counter(metricFramesRefused, "socket", sockEvents, "reason", zmtpcap.ReasonFrame) >= 1
 	})
 	// The replay DEALER dials at first contact, which needs the live stream:
 	// fetch directly, as the applier does.
 	err := h.mgr.fetchReplay(t.Context(), hostileReplay, 0, func(uint64, []byte) { t.Error("a batch from the hostile replay") })
-	if !errors.Is(err, errOversize) && err == nil {
+	if !errors.Is(err, zmtpcap.ErrOversize) && err == nil {
 		t.Errorf("replay from a hostile ROUTER: %v", err)
 	}
 	waitFor(t, "replay refusal counted", func() bool {
-		return h.counter(metricFramesRefused, "socket", sockReplay, "reason", refuseFrame) >= 1
+		return h.counter(metricFramesRefused, "socket", sockReplay, "reason", zmtpcap.ReasonFrame) >= 1
 	})
 }
 
@@ -265,7 +276,7 @@ func TestSilentPeersTimeOutAndBlockNobody(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	shorten := func(m *Manager) {
 		for _, l := range m.limits {
-			l.handshakeTimeout = timeout
+			l.HandshakeTimeout = timeout
 		}
 	}
 	silent, hungUp := peerServer(t, nil)
@@ -292,7 +303,7 @@ func TestSilentPeersTimeOutAndBlockNobody(t *testing.T) {
 		}
 		began := time.Now()
 		serveEngine(t, h, bind, "engine-a", "a", st[stepPrompt])
-		if took := time.Since(began); took > zmtpHandshakeTimeout/3 {
+		if took := time.Since(began); took > zmtpcap.DefaultHandshakeTimeout/3 {
 			t.Fatalf("the engine waited %s for a silent peer's handshake", took)
 		}
 	}
@@ -338,73 +349,6 @@ func freeEndpoint(t *testing.T) string {
 	}
 	defer l.Close()
 	return "tcp://" + l.Addr().String()
-}
-
-func TestZMTPScannerLimits(t *testing.T) {
-	greet := zmtpGreeting()
-	const limit = 1000
-	cases := []struct {
-		name   string
-		stream []byte
-		reason string
-	}{
-		{"small message", concat(greet, zmtpReady("PUB"), zmtpFrame(zmtpFlagMore, []byte("topic")), zmtpFrame(0, make([]byte, 900))), ""},
-		{"frame at the limit", concat(greet, zmtpFrame(0, make([]byte, limit))), ""},
-		{"frame over the limit", concat(greet, zmtpFrame(0, make([]byte, limit+1))), refuseFrame},
-		{"2^62 header", concat(greet, binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, 1<<62)), refuseFrame},
-		{"max uint64 header", concat(greet, binary.BigEndian.AppendUint64([]byte{zmtpFlagLong | zmtpFlagMore}, ^uint64(0))), refuseFrame},
-		{"message over the limit", concat(greet, zmtpFrame(zmtpFlagMore, make([]byte, 600)), zmtpFrame(0, make([]byte, 600))), refuseMessage},
-		{"limit applies per message", concat(greet, zmtpFrame(0, make([]byte, 600)), zmtpFrame(0, make([]byte, 600))), ""},
-		{"oversize command", concat(greet, zmtpFrame(zmtpFlagCommand, make([]byte, limit+1))), refuseFrame},
-	}
-	for _, tc := range cases {
-		for _, chunk := range []int{1, 3, 64, len(tc.stream)} {
-			s := zmtpScanner{maxMessageBytes: limit}
-			var err error
-			for b := tc.stream; len(b) > 0 && err == nil; {
-				n := min(chunk, len(b))
-				err = s.scan(b[:n])
-				b = b[n:]
-			}
-			var r refusal
-			switch {
-			case tc.reason == "" && err != nil:
-				t.Errorf("%s (chunks of %d): refused: %v", tc.name, chunk, err)
-			case tc.reason != "" && (!errors.As(err, &r) || r.reason != tc.reason):
-				t.Errorf("%s (chunks of %d): %v, want %s", tc.name, chunk, err, tc.reason)
-			}
-		}
-	}
-}
-
-func concat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
-
-// FuzzZMTPScanner: any byte stream, read in any chunking, is refused or
-// passed identically, never panics, and nothing passed exceeds the limit.
-func FuzzZMTPScanner(f *testing.F) {
-	greet := zmtpGreeting()
-	f.Add(concat(greet, zmtpReady("PUB"), zmtpFrame(zmtpFlagMore, []byte("t")), zmtpFrame(0, make([]byte, 300))), uint8(7))
-	f.Add(concat(greet, binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, 1<<62)), uint8(1))
-	f.Add(concat(greet, zmtpFrame(zmtpFlagMore, make([]byte, 200)), zmtpFrame(0, make([]byte, 200))), uint8(64))
-	f.Fuzz(func(t *testing.T, stream []byte, chunk uint8) {
-		const limit = 256
-		whole := zmtpScanner{maxMessageBytes: limit}
-		errWhole := whole.scan(stream)
-		s := zmtpScanner{maxMessageBytes: limit}
-		var err error
-		step := int(chunk%32) + 1
-		for b := stream; len(b) > 0 && err == nil; {
-			n := min(step, len(b))
-			err = s.scan(b[:n])
-			b = b[n:]
-		}
-		if (err == nil) != (errWhole == nil) {
-			t.Fatalf("chunking changed the verdict: %v vs %v", err, errWhole)
-		}
-		if err == nil && (s.body > limit || s.message > limit) {
-			t.Fatalf("passed a frame of %d bytes in a message of %d (limit %d)", s.body, s.message, limit)
-		}
-	})
 }
 
 // TestBindWithoutHostListensOnLoopbackOnly: ingest.bind tcp://*:PORT binds
@@ -458,7 +402,7 @@ func TestUnknownTopicsAreNotCached(t *testing.T) {
 	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
 	cfg.Settings.Bind = bind
 	h := start(t, cfg)
-	forger := zmq4.NewPub(t.Context(), QuietZMQ)
+	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"github.com/kvroute/kvroute/index"
 )
 
-// Several kvroute replicas in front of one fleet each see every engine's KV
+// Several kvroute instances in front of one fleet each see every engine's KV
 // events, but only their own requests: a prefill another kvroute just sent
 // shows up at best one scrape later, as a running request of unknown size.
 // A Sharer (the peer mesh) tells the other kvroutes of every request this

@@ -31,7 +31,7 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 
 	x := h.router.Explain("/v1/completions", body)
 	for i, st := range replicaStates(h) {
-		if st.InFlight != before[i].InFlight || st.PendingTokens != before[i].PendingTokens || st.StartedSinceLoad != before[i].StartedSinceLoad ||
+		if st.InFlight != before[i].InFlight || st.PendingTokens != before[i].PendingTokens ||
 			st.RecentTokens() > before[i].RecentTokens() {
 			t.Fatalf("Explain left bookkeeping on %s: %+v, was %+v", h.eps[i].Name, st, before[i])
 		}

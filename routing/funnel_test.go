@@ -16,7 +16,8 @@ import (
 // replica does, given_up_for_load when only a busier one does — and the
 // outcomes add up to the prompt tokens routed.
 func TestFunnelSplitsPromptTokens(t *testing.T) {
-	h := newHarness(t, harnessOptions{strictPlacement: true})
+	strict := 0.0
+	h := newHarness(t, harnessOptions{slack: &strict})
 	reg := prometheus.NewRegistry()
 	f := NewFunnel(reg, []string{"qwen"})
 	h.router.SetFunnel(f)

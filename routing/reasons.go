@@ -15,7 +15,6 @@ const (
 	ReasonUnknownModel     = "unknown_model"
 	ReasonUnsupported      = "unsupported_input"
 	ReasonEmptyPrompt      = "empty_prompt"
-	ReasonTokenizeError    = "tokenize_error"
 	ReasonChatTemplate     = "chat_template_error"
 	ReasonHashError        = "hash_error"
 	ReasonBlockSizeUnknown = "block_size_unknown"

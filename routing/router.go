@@ -161,7 +161,7 @@ func NewRouter(ix *index.Index, pools []PoolConfig, opts RouterOptions) (*Router
 		}
 		r.pools = append(r.pools, p)
 	}
-	r.matches.New = func() any { s := make([]index.Match, 0, 64); return &s }
+	r.matches.New = func() any { s := make([]index.Match, 0, index.MaxReplicas); return &s }
 	r.ids.New = func() any { s := []int(nil); return &s }
 	r.texts.New = func() any { s := []byte(nil); return &s }
 	return r, nil

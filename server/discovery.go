@@ -13,6 +13,8 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/dns"
 	"github.com/kvroute/kvroute/discovery/kube"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // poolSource is a discovered pool and the source that follows its engines.
@@ -115,8 +117,8 @@ func (s *Server) replicasOf(ps poolSource, ts []discovery.Target) []Replica {
 	var cfgs []config.Replica
 	ranks, overLimit, invalid := 0, 0, 0
 	for _, t := range ts {
-		r := d.Replica(t.Name, t.IP, config.DiscoveryPorts(t.Ports), t.DataParallelSize)
-		if ranks+r.DataParallelSize > config.MaxReplicaRanks {
+		r := d.Replica(t.Name, t.IP, t.Ports, t.DataParallelSize)
+		if ranks+r.DataParallelSize > engine.MaxRanks {
 			overLimit++
 			continue
 		}
@@ -131,7 +133,7 @@ func (s *Server) replicasOf(ps poolSource, ts []discovery.Target) []Replica {
 	if overLimit > 0 {
 		ps.met.Dropped("over_limit", overLimit)
 		s.log.Warn("discovery: more engines than a pool routes; some left out", "pool", ps.pool.Name,
-			"targets", len(ts), "left_out", overLimit, "max_ranks", config.MaxReplicaRanks)
+			"targets", len(ts), "left_out", overLimit, "max_ranks", engine.MaxRanks)
 	}
 	if invalid > 0 {
 		ps.met.Dropped("invalid", invalid)

@@ -74,11 +74,3 @@ func (s *Server) closeMesh() {
 		s.mesh.Close()
 	}
 }
-
-// MeshAddr is the peer mesh's listener address ("" without a mesh).
-func (s *Server) MeshAddr() string {
-	if s.mesh == nil {
-		return ""
-	}
-	return s.mesh.Addr()
-}

@@ -28,17 +28,6 @@ const (
 // config that changes keys only a restart applies.
 var ErrRestartRequired = errors.New("these keys change only with a restart")
 
-// liveRoutingKeys are the routing keys a reload applies at once: the cost
-// model and the per-request limits (routing.RouterOptions). The ext_proc
-// stream's own settings (body_limit_bytes, body_mode, debug_headers) and
-// everything outside routing need a restart.
-var liveRoutingKeys = map[string]bool{
-	"prefill_tokens_per_second": true, "foreign_request_tokens": true, "decode_interference": true, "foreign_running_share": true,
-	"kv_usage_ceiling": true, "kv_full_penalty": true, "placement_slack": true, "fail_open": true,
-	"max_prompt_bytes": true, "max_prompt_tokens": true, "max_messages": true, "max_decide_bytes_in_flight": true,
-	"load_weight": true, // deprecated and ignored
-}
-
 // staticReplicas matches a static pool's replicas key: pools[N].replicas...
 var staticReplicas = regexp.MustCompile(`^pools\[(\d+)\]\.replicas(\[|$)`)
 
@@ -71,8 +60,9 @@ func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
 }
 
 // Reload applies cfg (already validated) in place of the running config:
-// routing's cost model and limits, and the replica lists of static pools
-// (through SetReplicas: unchanged replicas keep their index). A cfg that
+// the keys tagged reload:"live" in config (routing's cost model and limits)
+// and the replica lists of static pools (through SetReplicas: unchanged
+// replicas keep their index). A cfg that
 // changes anything else is refused whole with ErrRestartRequired naming the
 // keys; nothing is applied then. It reports whether anything changed.
 func (s *Server) Reload(cfg *config.Config) (changed bool, err error) {
@@ -85,7 +75,7 @@ func (s *Server) Reload(cfg *config.Config) (changed bool, err error) {
 	var restart []string
 	pools := map[int]bool{}
 	for _, key := range diff {
-		if k, ok := strings.CutPrefix(key, "routing."); ok && liveRoutingKeys[k] {
+		if config.Live(key) {
 			continue
 		}
 		if m := staticReplicas.FindStringSubmatch(key); m != nil {

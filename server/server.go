@@ -91,10 +91,6 @@ const (
 	panicServe     = "listener_serve"
 )
 
-// restartPause is how long a supervised goroutine rests after a panic
-// before it runs again.
-const restartPause = time.Second
-
 // drainTimeout bounds how long open ext_proc streams may take to finish on
 // shutdown before they are cut.
 const drainTimeout = 10 * time.Second
@@ -145,10 +141,6 @@ func New(opts Options) (*Server, error) {
 		} else {
 			log.Info("pool tokenizer loaded", "pool", name, "tokenizer", p.Tokenizer, "chat", pp.chat != nil)
 		}
-	}
-	if cfg.Routing.LoadWeight != 0 {
-		log.Warn("routing.load_weight is deprecated and ignored: the routing cost is in seconds (routing.prefill_tokens_per_second, docs/EXTPROC.md)",
-			"load_weight", cfg.Routing.LoadWeight)
 	}
 	router, err := buildRouter(cfg, ix, lay, parts)
 	if err != nil {
@@ -204,14 +196,6 @@ func New(opts Options) (*Server, error) {
 
 // ExtProcAddr is the ext_proc gRPC listener's address.
 func (s *Server) ExtProcAddr() net.Addr { return s.grpcLn.Addr() }
-
-// AdminAddr is the admin HTTP listener's address, nil when listen.admin is "".
-func (s *Server) AdminAddr() net.Addr {
-	if s.adminLn == nil {
-		return nil
-	}
-	return s.adminLn.Addr()
-}
 
 // Ready reports whether every pool has a replica with a live event stream
 // or fresh load data.
@@ -291,25 +275,9 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// supervise runs fn until ctx ends: a panic in it is counted under
-// component and fn runs again after restartPause; a normal return ends it.
+// supervise runs fn under panics.Counter.Supervise.
 func (s *Server) supervise(ctx context.Context, component string, fn func()) {
-	for {
-		panicked := true
-		func() {
-			defer s.panics.Recover(component, s.log, nil)
-			fn()
-			panicked = false
-		}()
-		if !panicked {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(restartPause):
-		}
-	}
+	s.panics.Supervise(ctx, component, s.log, fn)
 }
 
 // recoverHTTP answers 500 for a handler that panics and counts it (net/http

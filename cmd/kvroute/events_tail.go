@@ -13,8 +13,8 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute/config"
-	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
+	"github.com/kvroute/kvroute/internal/zmtpcap"
 )
 
 // defaultTailCount bounds `events tail` when neither --count nor --for is given.
@@ -58,7 +58,7 @@ func runEventsTail(ctx context.Context, args []string, io stdio) error {
 	topic := fs.String("topic", "", "subscribe to topics starting with this `prefix` (vLLM's default topic is empty)")
 	count := fs.Int("count", 0, "stop after this many batches (default 10 without --for)")
 	dur := fs.Duration("for", 0, "stop after this long (e.g. 30s)")
-	maxBytes := fs.Int("max-message-bytes", config.DefaultMaxMessageBytes, "refuse a message announcing more than this many bytes (ingest.max_message_bytes)")
+	maxBytes := fs.Int("max-message-bytes", config.Default().Ingest.MaxMessageBytes, "refuse a message announcing more than this many bytes (ingest.max_message_bytes)")
 	pretty := fs.Bool("pretty", false, "indent the JSON")
 	withHex := fs.Bool("payload-hex", false, "add each raw payload as hex (payload_hex), the input of events decode --hex")
 	if err := fs.Parse(args); err != nil {
@@ -80,7 +80,7 @@ func runEventsTail(ctx context.Context, args []string, io stdio) error {
 	defer cancel()
 	// A frame announcing more than the limit closes the connection before it
 	// is read; Recv then fails with the lengths, and the tail ends with it.
-	capped := ingest.CappedContext(ctx, uint64(*maxBytes))
+	capped := zmtpcap.Context(ctx, &zmtpcap.Limit{MaxMessageBytes: uint64(*maxBytes)})
 
 	enc := json.NewEncoder(io.out)
 	if *pretty {
@@ -104,12 +104,12 @@ func runEventsTail(ctx context.Context, args []string, io stdio) error {
 	done := func() bool { return *count > 0 && printed >= *count }
 
 	// Subscribe before asking for the replay, so nothing falls between them.
-	sub := zmq4.NewSub(capped, ingest.QuietZMQ, zmq4.WithDialerTimeout(5*time.Second))
+	sub := zmq4.NewSub(capped, zmtpcap.Quiet, zmq4.WithDialerTimeout(5*time.Second))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, *topic); err != nil {
 		return err
 	}
-	if err := sub.Dial(ingest.CappedEndpoint(*events)); err != nil {
+	if err := sub.Dial(zmtpcap.Endpoint(*events)); err != nil {
 		return fmt.Errorf("--events %s: %w", *events, err)
 	}
 	type live struct {
@@ -184,9 +184,9 @@ var errStop = errors.New("enough batches")
 func fetchReplay(ctx context.Context, endpoint string, fn func(seq uint64, topic string, payload []byte) error) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	d := zmq4.NewDealer(rctx, ingest.QuietZMQ, zmq4.WithDialerTimeout(5*time.Second))
+	d := zmq4.NewDealer(rctx, zmtpcap.Quiet, zmq4.WithDialerTimeout(5*time.Second))
 	defer d.Close()
-	if err := d.Dial(ingest.CappedEndpoint(endpoint)); err != nil {
+	if err := d.Dial(zmtpcap.Endpoint(endpoint)); err != nil {
 		return err
 	}
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, 0))); err != nil {

@@ -22,7 +22,8 @@ const SourceKind = "dns"
 
 // MaxTargets bounds the engines one resolution yields: beyond it, the
 // lowest addresses are kept and the rest counted as dropped. (A pool routes
-// at most 64 ranks; a name with more records is a misconfiguration.)
+// at most engine.MaxRanks ranks; a name with more records is a
+// misconfiguration.)
 const MaxTargets = 256
 
 // lookupTimeout bounds one resolution, retries included.

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kvroute/kvroute/discovery"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // FuzzPoolSpec: whatever an InferencePool object holds (the API server
@@ -54,7 +56,7 @@ func FuzzAnnotations(f *testing.F) {
 				t.Fatalf("port %d", p)
 			}
 		}
-		if tg.DataParallelSize < 0 || tg.DataParallelSize > maxDataParallelSize {
+		if tg.DataParallelSize < 0 || tg.DataParallelSize > engine.MaxRanks {
 			t.Fatalf("data parallel size %d", tg.DataParallelSize)
 		}
 	})

@@ -33,6 +33,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kvroute/kvroute/discovery"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 // SourceKind is this source's label value in the discovery metrics.
@@ -53,14 +55,11 @@ const (
 )
 
 // MaxTargets bounds the pods one update carries (sorted by name, the rest
-// dropped and counted); a pool routes at most 64 ranks anyway.
+// dropped and counted); a pool routes at most engine.MaxRanks ranks anyway.
 const MaxTargets = 256
 
 // coalesce gathers a burst of pod changes (a rollout) into one update.
 const coalesce = 100 * time.Millisecond
-
-// maxDataParallelSize bounds the DP-size annotation (the pool limit).
-const maxDataParallelSize = 64
 
 // Options configure a Source.
 type Options struct {
@@ -377,7 +376,7 @@ func (s *Source) annotations(pod *corev1.Pod, t *discovery.Target) {
 		}
 		limit := 65535
 		if key == AnnotationDataParallelSize {
-			limit = maxDataParallelSize
+			limit = engine.MaxRanks
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > limit {

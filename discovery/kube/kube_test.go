@@ -18,6 +18,8 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/internal/kubetest"
 	"github.com/kvroute/kvroute/internal/testdata"
+
+	"github.com/kvroute/kvroute/internal/engine"
 )
 
 const ns = "llm"
@@ -141,7 +143,7 @@ func TestLabelSelectorFollowsReadyPods(t *testing.T) {
 	if got := ts[1]; got.Ports.Events != 6557 || got.DataParallelSize != 2 || got.Ports.Metrics != 0 || got.UID != string(b.UID) || got.IP.String() != b.Status.PodIP {
 		t.Fatalf("vllm-b target %+v", got)
 	}
-	if ts[0].Ports != (discovery.Ports{}) || ts[0].DataParallelSize != 0 {
+	if ts[0].Ports != (engine.Ports{}) || ts[0].DataParallelSize != 0 {
 		t.Fatalf("vllm-a has overrides: %+v", ts[0])
 	}
 

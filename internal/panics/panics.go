@@ -5,10 +5,12 @@
 package panics
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -61,5 +63,33 @@ func (c *Counter) Recover(component string, log *slog.Logger, then func(error)) 
 	}
 	if then != nil {
 		then(err)
+	}
+}
+
+// RestartPause paces a supervised goroutine that keeps panicking: each
+// restart logs a stack, so a loop that panics at once is held to ten a
+// second.
+const RestartPause = 100 * time.Millisecond
+
+// Supervise runs fn until it returns normally or ctx ends: a panic in it is
+// recovered, counted and logged as Recover does (its type and stack, never
+// its value, which may hold client data), and fn runs again after
+// RestartPause. Every long-lived goroutine that should outlive a bug in one
+// iteration runs under it.
+func (c *Counter) Supervise(ctx context.Context, component string, log *slog.Logger, fn func()) {
+	for ctx.Err() == nil {
+		panicked := true
+		func() {
+			defer c.Recover(component, log, nil)
+			fn()
+			panicked = false
+		}()
+		if !panicked {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(RestartPause):
+		}
 	}
 }
