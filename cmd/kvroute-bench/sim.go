@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/engine"
 	"github.com/kvroute/kvroute/internal/fleetsim"
 )
 
@@ -48,7 +49,7 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if fs.NArg() > 0 || *trace == "" || o.Engines < 1 || o.Engines > 64 || o.Gateways < 1 || o.Gateways > 16 {
+	if fs.NArg() > 0 || *trace == "" || o.Engines < 1 || o.Engines > engine.MaxRanks || o.Gateways < 1 || o.Gateways > 16 {
 		fmt.Fprintln(io.err, "kvroute-bench sim: --trace FILE is required; --engines within 1..64, --gateways within 1..16")
 		fs.Usage()
 		return errUsage

@@ -77,7 +77,7 @@ type BenchOptions struct {
 	MinRequests   int
 	Policies      []string // subset of AllPolicies
 	// LoadWeight is the prompt tokens one queued request costs, for the
-	// gateway-side prefix policies (kvroute's default routing.load_weight).
+	// gateway-side prefix policies (approx-prefix and its kin).
 	LoadWeight float64
 	// Gateways is the number of gateway replicas in front of the fleet
 	// (default 1): each gateway-side policy runs that many instances, each
