@@ -39,6 +39,22 @@ func (r *Router) cost(c *candidate, uncached float64) float64 {
 	return cost
 }
 
+// price is what a decision minimises on c: cost (this request's seconds to
+// first token) plus fleetSeconds, the prefill seconds its uncached tokens
+// take from c. Those seconds delay every request that queues on c after it,
+// so a held prefix saves the fleet its prefill as well as this request its
+// wait; priced at the request's wait alone, a holder with a short queue
+// loses the request to an idle replica that must prefill it all, and under
+// load those extra prefills are the queue the next requests wait in.
+func (r *Router) price(c *candidate, uncached float64) float64 {
+	return r.cost(c, uncached) + fleetSeconds(c, uncached)
+}
+
+// fleetSeconds is the prefill time uncached tokens take on c (see price).
+func fleetSeconds(c *candidate, uncached float64) float64 {
+	return max(uncached, 0) / c.rate
+}
+
 // queued is the prefill tokens ahead of a new request on a replica at
 // prefill rate rate (see cost): this router's outstanding uncached tokens
 // plus the engine's foreign requests × its learned mean uncached prompt —

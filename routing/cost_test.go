@@ -326,3 +326,44 @@ func TestNewConversationsSpreadOverTheWholeFleet(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestAHolderKeepsAnUncachedPrefillOffTheFleet: a holder of part of a prompt
+// whose queue costs this request more than the part it holds saves (the
+// idle replica reaches the first token sooner) still gets the request,
+// while its queue is shorter than the prefill the idle replica would add:
+// the price counts the uncached tokens' prefill seconds as well as this
+// request's wait.
+func TestAHolderKeepsAnUncachedPrefillOffTheFleet(t *testing.T) {
+	h := newHarness(t, harnessOptions{slack: ptr(0.0)})
+	doc := strings.Repeat(sharedPrefix+" ", 8)
+	holder := h.eps[1]
+	h.ix.Store(holder.Replica, h.keysOf(doc, blockhash.RequestKeys{}), index.TierGPU)
+	req := completion(doc + " " + strings.Repeat("another question ", 40))
+	x := h.router.Explain("/v1/completions", req)
+	held := 0.0
+	for _, c := range x.Candidates {
+		if c.Name == holder.Name {
+			held = float64(x.PromptTokens) - float64(c.UncachedTokens)
+		}
+	}
+	if held <= 0 {
+		t.Fatalf("holder holds nothing of the prompt: %+v", x)
+	}
+	h.ix.BeginWork(holder.Replica, int(1.5*held), 10000)
+	x = h.router.Explain("/v1/completions", req)
+	var holderTTFT, idleTTFT float64
+	for _, c := range x.Candidates {
+		ttft := float64(c.Cost - c.FleetSeconds)
+		if c.Name == holder.Name {
+			holderTTFT = ttft
+		} else if idleTTFT == 0 || ttft < idleTTFT {
+			idleTTFT = ttft
+		}
+	}
+	if holderTTFT <= idleTTFT {
+		t.Fatalf("holder's time to first token %g s <= idle %g s: the queue does not outweigh the held part", holderTTFT, idleTTFT)
+	}
+	if x.Pick != holder.Name {
+		t.Fatalf("went to %s, want the holder %s (queue 1.5 × its held %g tokens): %+v", x.Pick, holder.Name, held, x.Candidates)
+	}
+}

@@ -83,9 +83,12 @@ type ExplainCandidate struct {
 	RecentUncachedTokens Figure `json:"recent_uncached_tokens"`
 	TurnoverTokens       Figure `json:"turnover_tokens"`
 	WithinSlack          bool   `json:"within_slack"`
-	// Cost is the predicted seconds to first token the decision minimised.
-	Cost   Figure `json:"cost_seconds"`
-	Picked bool   `json:"picked"`
+	// FleetSeconds is the prefill time of UncachedTokens at PrefillRate.
+	// Cost is what the decision minimised: the predicted seconds to first
+	// token plus FleetSeconds.
+	FleetSeconds Figure `json:"fleet_seconds"`
+	Cost         Figure `json:"cost_seconds"`
+	Picked       bool   `json:"picked"`
 
 	ep *Endpoint
 }
@@ -225,6 +228,7 @@ func (rec *Recorder) weigh(r *Router, c *candidate, held index.Match, uncached, 
 	e.QueuedTokens, e.QueueSeconds = Figure(queued), Figure(queued/c.rate)
 	e.PrefillRate, e.KVUsage = Figure(c.rate), Figure(c.state.Load.KVUsage)
 	e.UncachedTokens, e.Cost = Figure(max(uncached, 0)), Figure(cost)
+	e.FleetSeconds = Figure(fleetSeconds(c, uncached))
 }
 
 // slack records the cost bound of the decision's spread.

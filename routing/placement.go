@@ -72,8 +72,8 @@ func (r *Router) poolRate(cands []candidate) float64 {
 	return sum / float64(n)
 }
 
-// byLoad places a request no replica holds a prefix of by the same cost, all
-// its tokens uncached. With block keys (a prompt of at least one block) the
+// byLoad places a request no replica holds a prefix of by the same price,
+// all its tokens uncached. With block keys (a prompt of at least one block) the
 // choice among the replicas costing about the same is spread's: the one
 // whose cache the request turns over least. Without keys it takes the
 // cheapest, ties at random. It rejects with 503 only when no replica is
@@ -93,7 +93,7 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 	cs, uncached := costs[:0], uncachedBuf[:0]
 	best, ties := 0, 0
 	for i := range cands {
-		c := r.cost(&cands[i], float64(promptTokens))
+		c := r.price(&cands[i], float64(promptTokens))
 		cs = append(cs, c)
 		uncached = append(uncached, float64(promptTokens))
 		rec.weigh(r, &cands[i], index.Match{}, float64(promptTokens), c)
@@ -116,13 +116,13 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 }
 
 // spread is the last step of every decision on a prompt of at least one
-// block. The cost prices one request's time to first token; it does not
-// price what the request's uncached tokens evict. Every uncached token a
+// block. The price counts one request's time to first token and the prefill
+// time its uncached tokens take; it does not price what they evict. Every uncached token a
 // replica prefills is written into its cache, and its cache keeps the most
 // recent writes: a replica written to twice as fast as its peers keeps a
 // prefix half as long, so a fleet whose writes are unbalanced holds less
 // of what its clients will send again than one cache of the same total size
-// would. So among the candidates whose cost is within placement_slack × the
+// would. So among the candidates whose price is within placement_slack × the
 // request's own prefill time of the cheapest (best) — a time-to-first-token
 // margin the request may give up, measured in its own size — spread takes
 // the one whose cache the request turns over least: the uncached tokens
@@ -170,7 +170,8 @@ func (e *Endpoint) nameHash() uint64 {
 	return h
 }
 
-// choose weighs cost (estimated seconds to first token, see cost) on the
+// choose weighs price (estimated seconds to first token plus the prefill
+// seconds the request's uncached tokens take, see price) on the
 // eligible endpoints, each with its own cached prefix, and takes spread's
 // pick among those costing about the least; with no cached prefix anywhere
 // it places the request by load (place).
@@ -203,7 +204,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 			}
 		}
 		uncached := float64(promptTokens) - held.Weighted*float64(blockSize)
-		costs = append(costs, r.cost(c, uncached))
+		costs = append(costs, r.price(c, uncached))
 		uncachedAll = append(uncachedAll, uncached)
 		matched = append(matched, held.Blocks)
 		rec.weigh(r, c, held, uncached, costs[i])

@@ -227,7 +227,8 @@ type Decision struct {
 	// PromptTokens and MatchedTokens describe the prefix match (debug headers).
 	PromptTokens  int
 	MatchedTokens int
-	// Cost is the chosen endpoint's estimated seconds to first token.
+	// Cost is the chosen endpoint's price: estimated seconds to first
+	// token plus the prefill seconds of the request's uncached tokens.
 	Cost    float64
 	Outcome string
 	Reason  string

@@ -107,7 +107,7 @@ func printExplanation(w io.Writer, x *routing.Explanation) error {
 		fmt.Fprintf(w, "pool %s: prompt not tokenized\n", x.Pool)
 	}
 	if x.Pick != "" {
-		fmt.Fprintf(w, "pick %s (%s): outcome %s, reason %s, %d tokens cached, cost %s s\n",
+		fmt.Fprintf(w, "pick %s (%s): outcome %s, reason %s, %d tokens cached, cost %s s (seconds to first token + FLEET_S, the prefill seconds of its uncached tokens)\n",
 			x.Pick, x.PickAddress, x.Outcome, x.Reason, x.MatchedTokens, figure(x.Cost))
 	} else {
 		fmt.Fprintf(w, "no pick: outcome %s, reason %s, status %d: %s\n", x.Outcome, x.Reason, x.Status, x.Error)
@@ -120,7 +120,7 @@ func printExplanation(w io.Writer, x *routing.Explanation) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nENDPOINT\tADDRESS\tELIGIBLE\tMATCHED\tGPU\tCPU\tWEIGHTED\tIN_FLIGHT\tQUEUED_TOK\tQUEUE_S\tKV_USAGE\tUNCACHED\tCOST_S\tRECENT_TOK\tTURNOVER\tSLACK\tPICK")
+	fmt.Fprintln(tw, "\nENDPOINT\tADDRESS\tELIGIBLE\tMATCHED\tGPU\tCPU\tWEIGHTED\tIN_FLIGHT\tQUEUED_TOK\tQUEUE_S\tKV_USAGE\tUNCACHED\tFLEET_S\tCOST_S\tRECENT_TOK\tTURNOVER\tSLACK\tPICK")
 	for _, c := range x.Candidates {
 		el := "yes"
 		if !c.Eligible {
@@ -131,7 +131,7 @@ func printExplanation(w io.Writer, x *routing.Explanation) error {
 			pick = "<-"
 		}
 		if !c.Weighed {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", c.Name, c.Address, el, pick)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", c.Name, c.Address, el, pick)
 			continue
 		}
 		slack := "-"
@@ -141,9 +141,9 @@ func printExplanation(w io.Writer, x *routing.Explanation) error {
 				slack = "yes"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Address, el,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Address, el,
 			c.MatchedBlocks, c.GPUBlocks, c.CPUBlocks, figure(c.WeightedBlocks), c.InFlight, figure(c.QueuedTokens),
-			figure(c.QueueSeconds), figure(c.KVUsage), figure(c.UncachedTokens), figure(c.Cost),
+			figure(c.QueueSeconds), figure(c.KVUsage), figure(c.UncachedTokens), figure(c.FleetSeconds), figure(c.Cost),
 			figure(c.RecentUncachedTokens), figure(c.TurnoverTokens), slack, pick)
 	}
 	return tw.Flush()
