@@ -77,19 +77,8 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	src := &fleetsim.TraceSource{Records: recs, Speedup: *speedup, BlockTokens: *blockTokens, MaxTokens: *maxTokens}
 	start := time.Now()
 	var rep *fleetsim.Report
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		rep, err = fleetsim.RunAll(src, splitList(*policies), o)
-		done <- err
-	}()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case err := <-done:
-		if err != nil {
-			return err
-		}
+	if err := untilDone(ctx, func() (err error) { rep, err = fleetsim.RunAll(src, splitList(*policies), o); return err }); err != nil {
+		return err
 	}
 	header := fmt.Sprintf("Fleet simulation: %d requests, %d engines × %d blocks × %d tokens\n\n"+
 		"`kvroute-bench sim %s` (wall %s)\n\n",
@@ -100,4 +89,18 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	rep.WriteMarkdown(io.out)
 	fmt.Fprintf(io.out, "\nwrote %s/results.json, results.md, results.svg\n", *out)
 	return nil
+}
+
+// untilDone runs fn on its own goroutine and returns its error, or ctx's
+// error as soon as ctx ends (Ctrl-C): a simulation in virtual time cannot be
+// interrupted, so the command returns without waiting for it.
+func untilDone(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-done:
+		return err
+	}
 }

@@ -136,19 +136,8 @@ func runSuite(ctx context.Context, args []string, io stdio) error {
 		so.Curve = nil
 		res = &fleetsim.SuiteResult{Cells: cells, Workloads: ws, Options: so}
 	} else {
-		done := make(chan error, 1)
-		go func() {
-			var err error
-			res, err = fleetsim.RunSuite(so, *out)
-			done <- err
-		}()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-done:
-			if err != nil {
-				return err
-			}
+		if err := untilDone(ctx, func() (err error) { res, err = fleetsim.RunSuite(so, *out); return err }); err != nil {
+			return err
 		}
 	}
 	command := "kvroute-bench suite " + strings.Join(args, " ")
