@@ -882,12 +882,12 @@ func TestParentHashZeroIsARootBlock(t *testing.T) {
 	}
 }
 
-// TestForgedSequenceJumpIsDroppedAndCounted: a peer that reaches the bound
-// socket and sends the engine's topic with seq 2^40 is not applied (the
-// engine's replay buffer does not have it) and does not make the engine's
-// next real batch look already applied.
-func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
-	st := steps(t)
+// bindModeEngineAndForger starts ingest bound (bind mode) for one engine
+// "a" publishing under topic "engine-a" with a replay endpoint, dials that
+// engine in, and dials a stranger's publisher that can send frames under
+// any topic.
+func bindModeEngineAndForger(t *testing.T) (*harness, *vllmzmq.Publisher, zmq4.Socket) {
+	t.Helper()
 	bind := freeEndpoint(t)
 	replay := freeEndpoint(t)
 	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a", replay: replay}))
@@ -901,14 +901,24 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 	})
 	t.Cleanup(func() { engine.Close() })
 	waitSubscribed(t, engine)
-	publish(t, engine, st[stepPrompt])
-	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
-
 	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
 	if err := forger.Dial(bind); err != nil {
 		t.Fatal(err)
 	}
+	return h, engine, forger
+}
+
+// TestForgedSequenceJumpIsDroppedAndCounted: a peer that reaches the bound
+// socket and sends the engine's topic with seq 2^40 is not applied (the
+// engine's replay buffer does not have it) and does not make the engine's
+// next real batch look already applied.
+func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
+	st := steps(t)
+	h, engine, forger := bindModeEngineAndForger(t)
+	publish(t, engine, st[stepPrompt])
+	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
+
 	waitFor(t, "the forged batch dropped", func() bool {
 		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 1<<40), st[stepLoRA]))
 		return h.counter(metricSeqJumps) >= 1
@@ -932,28 +942,11 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 // engine's next batch is applied as usual.
 func TestForgedBackwardsSeqInBindModeIsNoRestart(t *testing.T) {
 	st := steps(t)
-	bind := freeEndpoint(t)
-	replay := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a", replay: replay}))
-	cfg.Settings.Bind = bind
-	h := start(t, cfg)
-	var engine *vllmzmq.Publisher
-	waitFor(t, "the engine dials", func() bool {
-		var err error
-		engine, err = vllmzmq.DialPublisher(bind, replay, "engine-a", 100)
-		return err == nil
-	})
-	t.Cleanup(func() { engine.Close() })
-	waitSubscribed(t, engine)
+	h, engine, forger := bindModeEngineAndForger(t)
 	publish(t, engine, st[stepPrompt], st[stepDecode])
 	keys := tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})
 	waitFor(t, "the engine's batches", func() bool { return h.held("p", "a", keys) == 3 })
 
-	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
-	t.Cleanup(func() { forger.Close() })
-	if err := forger.Dial(bind); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "a forged backwards seq handled", func() bool {
 		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 0), st[stepLoRA]))
 		return h.counter(metricUnverified, "reason", unverifiedRestart) >= 1 || h.counter(metricRestarts) >= 1
