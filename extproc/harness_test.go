@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"github.com/kvroute/kvroute/routing"
@@ -20,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/logbuf"
 	"github.com/kvroute/kvroute/internal/routetest"
 )
 
@@ -33,7 +33,7 @@ type harness struct {
 	pool    index.PoolID
 	eps     []routing.Endpoint
 	reg     *prometheus.Registry
-	logs    *syncBuffer
+	logs    *logbuf.Buffer
 	addr    string
 	client  extprocv3.ExternalProcessorClient
 	now     time.Time
@@ -75,7 +75,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	case "default":
 		o.bodyMode = "" // what the server does when nothing is configured
 	}
-	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &syncBuffer{}, now: time.Unix(1_767_225_600, 0)}
+	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, now: time.Unix(1_767_225_600, 0)}
 	h.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: h.clock})
 	var err error
 	if h.pool, err = h.ix.AddPool("qwen"); err != nil {
@@ -222,23 +222,6 @@ func (h *harness) decisions(outcome, reason string) float64 {
 func completion(prompt string) fakeenvoy.Request {
 	return fakeenvoy.Request{Method: "POST", Path: "/v1/completions", Headers: map[string]string{"content-type": "application/json"},
 		Body: []byte(fmt.Sprintf(`{"model":"qwen3","prompt":%q,"max_tokens":8}`, prompt))}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // modes lists the protocol variants every routing test runs under.

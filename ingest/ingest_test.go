@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -29,6 +28,7 @@ import (
 	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 
+	"github.com/kvroute/kvroute/internal/logbuf"
 	"github.com/kvroute/kvroute/internal/zmtpcap"
 )
 
@@ -987,7 +987,7 @@ func TestApplierPanicIsRecoveredAndCounted(t *testing.T) {
 	st := steps(t)
 	pub := newPublisher(t, "", 10)
 	var once sync.Once
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	h := start(t, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), replay: pub.ReplayEndpoint()})),
 		func(m *Manager) {
 			m.log = slog.New(slog.NewTextHandler(logs, nil))
@@ -1212,22 +1212,4 @@ func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
 	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
 		t.Errorf("the forged batch's %d blocks are held", got)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -11,33 +11,15 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
+	"github.com/kvroute/kvroute/internal/logbuf"
 	"github.com/kvroute/kvroute/internal/routebench"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/tokenize"
 )
-
-// syncBuffer is an io.Writer the test reads while the command writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var listeningRE = regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
 
@@ -46,7 +28,7 @@ var listeningRE = regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
 func startGatewayCmd(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errw := &syncBuffer{}, &syncBuffer{}
+	out, errw := &logbuf.Buffer{}, &logbuf.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, append([]string{"gateway", "--listen", "127.0.0.1:0"}, args...), stdio{out: out, err: errw})

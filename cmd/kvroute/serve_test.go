@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,36 +22,24 @@ import (
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/logbuf"
 )
-
-// lockedBuffer lets the test read the server's log while it writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // startServe runs `kvroute serve` on cfg and returns the ext_proc and admin
 // addresses it logged.
-func startServe(t *testing.T, cfg string, flags ...string) (extProc, admin string, logs *lockedBuffer) {
+func startServe(t *testing.T, cfg string, flags ...string) (extProc, admin string, logs *logbuf.Buffer) {
 	t.Helper()
 	return startServeAt(t, filepath.Join(t.TempDir(), "kvroute.yaml"), cfg, flags...)
 }
 
 // startServeAt is startServe with the config file at path.
-func startServeAt(t *testing.T, path, cfg string, flags ...string) (extProc, admin string, logs *lockedBuffer) {
+func startServeAt(t *testing.T, path, cfg string, flags ...string) (extProc, admin string, logs *logbuf.Buffer) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &lockedBuffer{}
+	logs = &logbuf.Buffer{}
 	done := make(chan int)
 	go func() {
 		done <- run(ctx, append([]string{"serve", "--config", path}, flags...), stdio{strings.NewReader(""), logs, logs})

@@ -18,33 +18,16 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
+	"github.com/kvroute/kvroute/internal/logbuf"
 	"github.com/kvroute/kvroute/internal/testdata"
 )
 
-// syncBuffer is an io.Writer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startRun runs the program in-process and returns its HTTP address, its
 // log and a stop function that cancels it and returns run's error.
-func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop func() error) {
+func startRun(t *testing.T, args ...string) (addr string, logs *logbuf.Buffer, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &syncBuffer{}
+	logs = &logbuf.Buffer{}
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, logs, logs, func(a string) { ready <- a }) }()

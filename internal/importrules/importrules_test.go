@@ -29,7 +29,7 @@ var production = []string{
 var harnesses = []string{
 	"internal/fakeenvoy", "internal/loopback", "internal/vllmemu", "internal/vllmzmq",
 	"internal/routebench", "internal/fleetsim", "internal/dnstest", "internal/kubetest",
-	"internal/testdata", "internal/routetest", "internal/testpki",
+	"internal/testdata", "internal/routetest", "internal/testpki", "internal/logbuf",
 }
 
 // forbidden maps a package (with the packages under it) to the packages it
