@@ -2,12 +2,9 @@ package routing
 
 import (
 	"fmt"
-
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvroute/kvroute/index"
 )
 
 // Where a routed request's prompt tokens went
@@ -90,10 +87,8 @@ func (pf *poolFunnel) add(i, n int) {
 func (r *Router) SetFunnel(f *Funnel) { r.funnel.Store(f) }
 
 // countFunnel splits d's prompt tokens over the outcomes known at routing
-// time. It runs before the request's blocks are held on its replica (else
-// the chosen replica would seem to hold them all) and off the decision's
-// path: one more index lookup, skipped when the chosen replica holds every
-// block.
+// time: what the chosen replica held, what the best-holding candidate held
+// beyond it (the decision's own lookup, Decision.heldTokens), and the rest.
 func (r *Router) countFunnel(d *Decision) {
 	f := r.funnel.Load()
 	if f == nil || d.Endpoint == nil || d.PromptTokens <= 0 || len(d.Keys) == 0 {
@@ -104,19 +99,7 @@ func (r *Router) countFunnel(d *Decision) {
 		return
 	}
 	chosen := min(d.MatchedTokens, d.PromptTokens)
-	best := chosen
-	if d.matchedBlocks < len(d.Keys) {
-		if p := r.poolNamed(d.Pool); p != nil {
-			mp := r.matches.Get().(*[]index.Match)
-			ms := r.ix.LookupRoute(p.ID, d.Keys, (*mp)[:0])
-			bs := p.Keys.BlockSize()
-			for _, m := range ms {
-				best = max(best, min(m.Blocks*bs, d.PromptTokens))
-			}
-			*mp = ms[:0]
-			r.matches.Put(mp)
-		}
-	}
+	best := max(chosen, d.heldTokens)
 	pf.add(0, chosen)
 	pf.add(2, best-chosen)
 	pf.add(1, d.PromptTokens-best)

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"math"
+	"slices"
 
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/mix"
@@ -223,6 +224,7 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	bestMatched := matched[best]
 	d.Endpoint, d.Cost, d.MatchedTokens = cands[best].ep, costs[best], min(bestMatched*blockSize, promptTokens)
 	d.matchedBlocks = min(bestMatched, len(keys))
+	d.heldTokens = min(slices.Max(matched)*blockSize, promptTokens)
 	if bestMatched == 0 {
 		d.Outcome, d.Reason = OutcomeLoad, ReasonNoHit
 	}

@@ -239,6 +239,7 @@ type Decision struct {
 	ticket        index.Ticket // the request's place in its replica's prefill queue
 	sharedID      uint64       // the Sharer's id for it
 	matchedBlocks int          // blocks of Keys the chosen replica held
+	heldTokens    int          // prompt tokens the best-holding candidate held (the funnel's bound)
 }
 
 // Rejection is what to answer for a decision without an endpoint: its HTTP
