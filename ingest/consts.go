@@ -29,6 +29,7 @@ const (
 	metricGaps           = "kvroute_ingest_gaps_total"
 	metricReplays        = "kvroute_ingest_replays_total"
 	metricRestarts       = "kvroute_ingest_restarts_total"
+	metricRestartsKept   = "kvroute_ingest_restarts_throttled_total"
 	metricQueueDrops     = "kvroute_ingest_queue_drops_total"
 	metricParentUnknown  = "kvroute_ingest_parent_unknown_total"
 	metricSeqJumps       = "kvroute_ingest_seq_jumps_total"

@@ -16,6 +16,7 @@ type metrics struct {
 	gaps           *prometheus.CounterVec // pool, replica
 	replays        *prometheus.CounterVec // pool, replica, outcome
 	restarts       *prometheus.CounterVec // pool, replica
+	restartsKept   *prometheus.CounterVec // pool, replica
 	queueDrops     *prometheus.CounterVec // pool, replica
 	parentUnknown  *prometheus.CounterVec // pool, replica
 	seqJumps       *prometheus.CounterVec // pool, replica
@@ -72,6 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		gaps:           cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
 		replays:        cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
 		restarts:       cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
+		restartsKept:   cv(metricRestartsKept, "Changes of a replica's process_start_time_seconds that did not clear it: its event stream had not ended and the previous such change was under "+startTimeRestartEvery.String()+" before (a real restart takes longer; whoever answers /metrics could flip it every scrape)."),
 		queueDrops:     cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
 		parentUnknown:  cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
 		unroutable:     cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
@@ -93,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		schemeMismatch: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricSchemeMismatch, Help: "BlockStored runs whose engine hashes the configured algorithm/seed/block size does not reproduce."}, []string{"pool"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
+		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.restartsKept, m.queueDrops,
 			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.replayJumps, m.unverified, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
@@ -108,6 +110,7 @@ type rankMetrics struct {
 	skipGroup, skipBS, skipTok, skipRem prometheus.Counter
 	blocksStored, blocksRemoved         prometheus.Counter
 	decodeErrors, gaps, restarts, drops prometheus.Counter
+	restartsThrottled                   prometheus.Counter
 	parentUnknown, seqJumps             prometheus.Counter
 	aliasesEvicted, replayJumps         prometheus.Counter
 	replayReq, replayOK, replayPartial  prometheus.Counter
@@ -147,7 +150,7 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		skipGroup: with(m.events, "type", evSkippedGroup), skipBS: with(m.events, "type", evSkippedBlockSize),
 		skipTok: with(m.events, "type", evSkippedNoTokens), skipRem: with(m.events, "type", evSkippedRemove),
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
-		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
+		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), restartsThrottled: with(m.restartsKept), drops: with(m.queueDrops),
 		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted), replayJumps: with(m.replayJumps),
 		unroutableVec: m.unroutable, unverifiedVec: m.unverified, pool: pool, replica: replica,
 		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
