@@ -14,7 +14,7 @@ func runSoak(ctx context.Context, args []string, io stdio) error {
 	o := routebench.DefaultSoakOptions()
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	fs.SetOutput(io.err)
-	bin := fs.String("bin", "bin", "`dir`ectory holding kvroute (built by make build)")
+	bin := fs.String("bin", "bin", "`dir`ectory holding kvroute and vllm-emu (built by make build)")
 	fs.StringVar(&o.TokenizerDir, "tokenizer", o.TokenizerDir, "tokenizer `dir`ectory of the emulated model (fetched by make testdata)")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "length of the load phase")
 	fs.IntVar(&o.Streams, "streams", o.Streams, "ext_proc streams open at once")
@@ -43,6 +43,9 @@ func runSoak(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	o.KVRoute = []string{kv}
+	if o.EngineBin, err = filepath.Abs(filepath.Join(*bin, "vllm-emu")); err != nil {
+		return err
+	}
 	o.Out, o.Err = io.out, io.err
 	rep, err := routebench.Soak(ctx, o)
 	if rep != nil && err == nil {

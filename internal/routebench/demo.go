@@ -134,13 +134,7 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 		name := fmt.Sprintf("vllm-%d", i)
 		rep := Replica{Name: name, Address: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 			Events: fmt.Sprintf("tcp://127.0.0.1:%d", ports[1]), Replay: fmt.Sprintf("tcp://127.0.0.1:%d", ports[2])}
-		events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":%q,"replay_endpoint":%q,"topic":"kv","buffer_steps":10000}`,
-			rep.Events, rep.Replay)
-		args := []string{"--model", o.Model, "--tokenizer", tokDir, "--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]),
-			"--block-size", strconv.Itoa(o.BlockSize), "--num-gpu-blocks-override", strconv.Itoa(o.NumBlocks),
-			"--prefix-caching-hash-algo", "sha256", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
-			"--kv-events-config", events,
-			"--emu-prefill-per-token", o.Prefill.String(), "--emu-decode-per-token", o.Decode.String()}
+		args := emuArgs(o.Model, tokDir, ports[0], rep, o.BlockSize, o.NumBlocks, 8, o.Prefill, o.Decode)
 		c, err := StartChild(name, emu, args, []string{"PYTHONHASHSEED=0"}, filepath.Join(dir, name+".log"))
 		if err != nil {
 			return err
@@ -220,6 +214,19 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 	fmt.Fprintf(o.Out, "\nkvroute beats round-robin: prefix-cache hit rate %.1f %% vs %.1f %%, TTFT p90 %s vs %s\n",
 		100*kvr.EngineHitRate(), 100*base.EngineHitRate(), ms(kvr.Percentile(0.9)), ms(base.Percentile(0.9)))
 	return nil
+}
+
+// emuArgs are the vllm-emu arguments of replica rep on port, publishing
+// KV events (with a replay endpoint) as vLLM's --kv-events-config says, its
+// block hashes sha256 (run it with PYTHONHASHSEED=0).
+func emuArgs(model, tokDir string, port int, rep Replica, blockSize, numBlocks, maxSeqs int, prefill, decode time.Duration) []string {
+	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":%q,"replay_endpoint":%q,"topic":"kv","buffer_steps":10000}`,
+		rep.Events, rep.Replay)
+	return []string{"--model", model, "--tokenizer", tokDir, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--block-size", strconv.Itoa(blockSize), "--num-gpu-blocks-override", strconv.Itoa(numBlocks),
+		"--prefix-caching-hash-algo", "sha256", "--max-num-seqs", strconv.Itoa(maxSeqs), "--max-num-batched-tokens", "2048",
+		"--kv-events-config", events,
+		"--emu-prefill-per-token", prefill.String(), "--emu-decode-per-token", decode.String()}
 }
 
 // demoExplain runs `kvroute explain` on one of the demo's requests against

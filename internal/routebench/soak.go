@@ -46,6 +46,9 @@ type SoakOptions struct {
 	// main when KVRouteEnv says so).
 	KVRoute    []string
 	KVRouteEnv []string
+	// EngineBin, when set, is vllm-emu: the engines run as processes of
+	// their own. Empty: they run in this process.
+	EngineBin string
 	// TokenizerDir is the engines' and kvroute's tokenizer (qwen3).
 	TokenizerDir string
 	Model        string
@@ -90,6 +93,41 @@ func DefaultSoakOptions() SoakOptions {
 		Engines: 3, NumBlocks: 512, BlockSize: 16, MaxEntries: 1500, FeedRate: 20,
 		HangAfter: 10 * time.Second, Settle: 30 * time.Second,
 	}
+}
+
+// The soak's engines: fast, so the decisions, not the engines, set the pace.
+const (
+	soakMaxSeqs = 64
+	soakPrefill = time.Microsecond
+	soakDecode  = time.Millisecond
+)
+
+// startEmuChildren starts o.Engines vllm-emu processes and waits until
+// each answers /health.
+func startEmuChildren(ctx context.Context, o SoakOptions, tokDir, dir string, children *Children) ([]Replica, error) {
+	ports, err := freePorts(3 * o.Engines)
+	if err != nil {
+		return nil, err
+	}
+	var out []Replica
+	for i := range o.Engines {
+		p := ports[3*i:]
+		rep := Replica{Name: fmt.Sprintf("vllm-%d", i), Address: fmt.Sprintf("127.0.0.1:%d", p[0]),
+			Events: fmt.Sprintf("tcp://127.0.0.1:%d", p[1]), Replay: fmt.Sprintf("tcp://127.0.0.1:%d", p[2])}
+		args := emuArgs(o.Model, tokDir, p[0], rep, o.BlockSize, o.NumBlocks, soakMaxSeqs, soakPrefill, soakDecode)
+		c, err := StartChild(rep.Name, o.EngineBin, args, []string{"PYTHONHASHSEED=0"}, filepath.Join(dir, rep.Name+".log"))
+		if err != nil {
+			return nil, err
+		}
+		children.Add(c)
+		out = append(out, rep)
+	}
+	for _, r := range out {
+		if err := waitUp(ctx, children, "http://"+r.Address+"/health", 60*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Bounds the soak checks against.
@@ -174,18 +212,28 @@ func Soak(ctx context.Context, o SoakOptions) (rep *SoakReport, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokenize.Load(tokDir)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer (run `make testdata`): %w", err)
-	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fleet, err := StartEmuFleet(ctx, EmuFleetOptions{Replicas: o.Engines, Model: o.Model, Tokenizer: tok,
-		BlockSize: o.BlockSize, NumBlocks: o.NumBlocks, HashAlgo: blockhash.SHA256, Seed: "0", MaxNumSeqs: 64,
-		PrefillPerToken: time.Microsecond, DecodePerToken: time.Millisecond, Logger: quiet})
-	if err != nil {
-		return nil, err
+	children := &Children{}
+	defer children.StopAll(10 * time.Second)
+	var replicas []Replica
+	if o.EngineBin != "" {
+		if replicas, err = startEmuChildren(ctx, o, tokDir, dir, children); err != nil {
+			return nil, err
+		}
+	} else {
+		tok, err := tokenize.Load(tokDir)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer (run `make testdata`): %w", err)
+		}
+		fleet, err := StartEmuFleet(ctx, EmuFleetOptions{Replicas: o.Engines, Model: o.Model, Tokenizer: tok,
+			BlockSize: o.BlockSize, NumBlocks: o.NumBlocks, HashAlgo: blockhash.SHA256, Seed: "0", MaxNumSeqs: soakMaxSeqs,
+			PrefillPerToken: soakPrefill, DecodePerToken: soakDecode, Logger: quiet})
+		if err != nil {
+			return nil, err
+		}
+		defer fleet.Close()
+		replicas = fleet.Replicas
 	}
-	defer fleet.Close()
 	say("%d engines of %d blocks are up", o.Engines, o.NumBlocks)
 
 	// The mesh's certificates, and a stranger's from another CA.
@@ -214,8 +262,6 @@ func Soak(ctx context.Context, o SoakOptions) (rep *SoakReport, err error) {
 	for i := range soakMeshPeers {
 		meshAddrs = append(meshAddrs, fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]))
 	}
-	children := &Children{}
-	defer children.StopAll(10 * time.Second)
 	nodes := make([]*soakNode, soakMeshPeers)
 	for i := range nodes {
 		nd := &soakNode{name: fmt.Sprintf("kvroute-%d", i), extproc: fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
@@ -225,7 +271,7 @@ func Soak(ctx context.Context, o SoakOptions) (rep *SoakReport, err error) {
 			return nil, err
 		}
 		kc := KVRouteConfig{Model: o.Model, TokenizerDir: tokDir, BlockSize: o.BlockSize, Keys: "tokens",
-			HashAlgo: "sha256", Seed: "0", ExtProc: nd.extproc, Admin: nd.admin, Replicas: fleet.Replicas,
+			HashAlgo: "sha256", Seed: "0", ExtProc: nd.extproc, Admin: nd.admin, Replicas: replicas,
 			PeersListen: nd.mesh, Peers: meshAddrs, MaxEntries: o.MaxEntries, NoLoadSignals: o.NoLoadSignals,
 			PeersTLS: &PeersTLS{CertFile: cert.Cert, KeyFile: cert.Key, CAFile: ca.File}}
 		cfgPath := filepath.Join(dir, nd.name+".yaml")
