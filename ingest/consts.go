@@ -36,6 +36,7 @@ const (
 	metricReplayJumps    = "kvroute_ingest_replay_seq_jumps_total"
 	metricUnverified     = "kvroute_ingest_unverified_batches_total"
 	metricAliasesEvicted = "kvroute_ingest_aliases_evicted_total"
+	metricAliasesOrphan  = "kvroute_ingest_aliases_orphaned_total"
 	metricUnroutable     = "kvroute_ingest_unroutable_total"
 	metricConnected      = "kvroute_ingest_connected"
 	metricLastSeq        = "kvroute_ingest_last_seq"

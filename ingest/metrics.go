@@ -21,6 +21,7 @@ type metrics struct {
 	parentUnknown  *prometheus.CounterVec // pool, replica
 	seqJumps       *prometheus.CounterVec // pool, replica
 	aliasesEvicted *prometheus.CounterVec // pool, replica
+	aliasesOrphan  *prometheus.CounterVec // pool, replica
 	replayJumps    *prometheus.CounterVec // pool, replica
 	unverified     *prometheus.CounterVec // pool, replica, reason
 	unroutable     *prometheus.CounterVec // pool, replica, reason
@@ -78,6 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		parentUnknown:  cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
 		unroutable:     cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
 		aliasesEvicted: cv(metricAliasesEvicted, "Engine hash → block key aliases (keys: tokens) dropped, oldest first, because the rank's key map reached its share of the alias budget (half of index.max_entries divided among the ranks); a later BlockRemoved of such a hash is skipped."),
+		aliasesOrphan:  cv(metricAliasesOrphan, "Engine hash → block key aliases (keys: tokens) dropped because the index evicted their block (at index.max_entries or past index.ttl): an alias goes with its block."),
 		replayJumps:    cv(metricReplayJumps, "Replayed batches skipped because their seq did not follow the previous one of the same replay reply (the engine's buffer is contiguous: corrupt or forged)."),
 		unverified:     cv(metricUnverified, "Bind mode: live batches dropped unchecked, by reason: restart_unconfirmed (a seq going backwards the engine's replay or next batch does not confirm), check_throttled (a batch needing a replay check over the per-rank rate).", "reason"),
 		seqJumps:       cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
@@ -96,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.restartsKept, m.queueDrops,
-			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.replayJumps, m.unverified, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
+			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.aliasesOrphan, m.replayJumps, m.unverified, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
 	m.panics = panics.NewCounter(reg)
@@ -113,6 +115,7 @@ type rankMetrics struct {
 	restartsThrottled                   prometheus.Counter
 	parentUnknown, seqJumps             prometheus.Counter
 	aliasesEvicted, replayJumps         prometheus.Counter
+	aliasesOrphaned                     prometheus.Counter
 	replayReq, replayOK, replayPartial  prometheus.Counter
 	replayFailed                        prometheus.Counter
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
@@ -151,7 +154,7 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		skipTok: with(m.events, "type", evSkippedNoTokens), skipRem: with(m.events, "type", evSkippedRemove),
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
 		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), restartsThrottled: with(m.restartsKept), drops: with(m.queueDrops),
-		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted), replayJumps: with(m.replayJumps),
+		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted), aliasesOrphaned: with(m.aliasesOrphan), replayJumps: with(m.replayJumps),
 		unroutableVec: m.unroutable, unverifiedVec: m.unverified, pool: pool, replica: replica,
 		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),
