@@ -138,9 +138,7 @@ const writeCommitEvery = 64
 // writeBudget is how many entries a writer may add before publishing them
 // and calling writeBudget again. At the synchronous-eviction line it evicts
 // first; if other writers filled the room again meanwhile, it allows one
-// entry (the next call evicts again). When aliases alone fill the cap,
-// eviction cannot make room; the writer then goes on in steps of 1 % of the
-// cap rather than evicting for every block.
+// entry (the next call evicts again).
 func (ix *Index) writeBudget() int64 {
 	line := ix.syncEvictLine()
 	if room := line - ix.entries.Load(); room > 0 {
@@ -149,9 +147,6 @@ func (ix *Index) writeBudget() int64 {
 	ix.enforceCap(ix.maxEntries)
 	if room := line - ix.entries.Load(); room > 0 {
 		return min(room, writeCommitEvery)
-	}
-	if ix.aliases.Load() >= ix.maxEntries-ix.maxEntries/100 {
-		return ix.maxEntries/100 + 1
 	}
 	return 1
 }
