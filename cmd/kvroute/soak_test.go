@@ -29,6 +29,9 @@ func TestSoak(t *testing.T) {
 	// decisions a second, a fleet and a cap a third of the full soak's.
 	o.Duration, o.Streams, o.Period, o.Settle = 15*time.Second, 100, 500*time.Millisecond, 20*time.Second
 	o.NumBlocks, o.MaxEntries, o.FeedRate = 160, 500, 10
+	// -race kvroutes on a machine running other tests may manage a small
+	// share of the decisions asked; the load only has to be real.
+	o.MinShare = 0.05
 	// The engines run in this -race binary: too slow to answer kvroute's
 	// scrapes within the 300 ms that marks an engine frozen.
 	o.NoLoadSignals = true

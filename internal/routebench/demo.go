@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/panics"
 )
 
 // DemoOptions configure Demo: N emulated vLLM replicas (bin/vllm-emu child
@@ -206,6 +208,11 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 	}
 	if err := demoExplain(ctx, o.Out, kvrouteBin, kcfg.Admin, dir, o.Model, reqs[len(reqs)-1]); err != nil {
 		return err
+	}
+	if m, err := scrape(ctx, &http.Client{Timeout: 5 * time.Second}, kcfg.Admin); err != nil {
+		return err
+	} else if n := m.sum(panics.MetricName, ""); n > 0 {
+		return fmt.Errorf("kvroute recovered %g panics (%s; log %s)", n, panics.MetricName, kv.LogPath)
 	}
 	base, kvr := results[0], results[1]
 	if kvr.EngineHitRate() <= base.EngineHitRate() {

@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/loopback"
+	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/server"
 )
 
@@ -250,6 +251,16 @@ func (k *KVRoute) MeshDelay() MeshDelay {
 		}
 	}
 	return d
+}
+
+// Panics is kvroute_panics_total summed over components: panics kvroute
+// recovered (0 in every benchmark).
+func (k *KVRoute) Panics() float64 {
+	var n float64
+	for _, m := range k.series(panics.MetricName) {
+		n += m.GetCounter().GetValue()
+	}
+	return n
 }
 
 // series is every series of the metric called name, as gathered now (none
