@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      ?= ./...
 
-.PHONY: all build test lint tools vet testdata kube-apiserver bench bench-routing bench-suite bench-suite-quick fuzz demo run clean
+.PHONY: all build test lint tools vet testdata kube-apiserver bench bench-routing bench-suite bench-suite-quick fuzz demo soak run clean
 
 all: build
 
@@ -83,6 +83,17 @@ run: build testdata
 demo: build
 	@scripts/fetch-testdata.sh --tokenizer qwen3
 	$(BIN)/kvroute-bench demo --bin $(BIN)
+
+# soak runs three kvroute processes on a mutual-TLS peer mesh in front of
+# emulated engines, the index at a small cap, under 1,000 ext_proc streams
+# for 60 s while one kvroute is stopped and continued and strangers hammer
+# the mesh ports; it prints each check and fails when one does
+# (docs/OPERATIONS.md, *Soak*; about 90 s once built). SOAK_FLAGS adds
+# flags (kvroute-bench soak -h).
+SOAK_FLAGS ?=
+soak: build
+	@scripts/fetch-testdata.sh --tokenizer qwen3
+	$(BIN)/kvroute-bench soak --bin $(BIN) $(SOAK_FLAGS)
 
 # bench-routing is the routing benchmark docs/BENCHMARKS.md publishes
 # (about 25 minutes on 2 cores; one results.md per part under BENCH_OUT).

@@ -355,11 +355,15 @@ type DNSDiscovery struct {
 	// Server is the DNS server's host:port; "" uses the system resolver
 	// (/etc/resolv.conf).
 	Server string `yaml:"server"`
-	// EmptyGrace is how long answers with no address (or NXDOMAIN) must
-	// go on before a pool that had engines loses them all; 0: at once. 30 s
-	// outlasts a resolver's negative cache entry and a rolling restart's
-	// moment without ready pods.
+	// EmptyGrace is how long answers with no address must go on before a
+	// pool that had engines loses them all; 0: at once. 30 s outlasts a
+	// resolver's negative cache entry and a rolling restart's moment
+	// without ready pods.
 	EmptyGrace Duration `yaml:"empty_grace" default:"30s"`
+	// NXDomainGrace replaces EmptyGrace when the name's server answers
+	// with authority that the name does not exist (authoritative
+	// NXDOMAIN: the Service was deleted); 0: at once.
+	NXDomainGrace Duration `yaml:"nxdomain_grace" default:"0s"`
 }
 
 // Hash is the engine's block-hash configuration.

@@ -241,6 +241,9 @@ func (c *Config) validateDiscovery(v *validator, p *Pool, at func(string) string
 		if d.DNS.EmptyGrace < 0 || d.DNS.EmptyGrace > Duration(maxDNSEmptyGrace) {
 			v.fail(dat("dns.empty_grace"), "%s is not within 0s..%s", d.DNS.EmptyGrace, Duration(maxDNSEmptyGrace))
 		}
+		if d.DNS.NXDomainGrace < 0 || d.DNS.NXDomainGrace > Duration(maxDNSEmptyGrace) {
+			v.fail(dat("dns.nxdomain_grace"), "%s is not within 0s..%s", d.DNS.NXDomainGrace, Duration(maxDNSEmptyGrace))
+		}
 		if d.DNS.Server != "" {
 			if _, port, err := net.SplitHostPort(d.DNS.Server); err != nil || port == "" {
 				v.fail(dat("dns.server"), "%q is not host:port", d.DNS.Server)

@@ -183,3 +183,55 @@ func TestCapHoldsUnderConcurrentHugeStores(t *testing.T) {
 		t.Fatalf("counted entries reached %d with %d concurrent writers, line %d", p, writers, line)
 	}
 }
+
+// OnEvict hears every block entry evicted at the cap or past the TTL, with
+// the replicas that held it, and nothing of removals or clears; Holds
+// follows.
+func TestOnEvictReportsWhatWent(t *testing.T) {
+	f := newFixture(t, 2, Options{MaxEntries: 1000, TTL: time.Minute})
+	var mu sync.Mutex
+	heard := map[BlockKey]uint64{}
+	f.ix.OnEvict(func(pool PoolID, ev *Evicted) {
+		if pool != f.pool || len(ev.Keys) != len(ev.Held) {
+			t.Errorf("pool %d, %d keys, %d holder sets", pool, len(ev.Keys), len(ev.Held))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, k := range ev.Keys {
+			heard[k] |= ev.Held[i]
+		}
+	})
+	f.ix.Store(f.r[0], keys(0, 10), TierGPU)
+	f.ix.Store(f.r[1], keys(5, 10), TierGPU)
+	f.ix.Remove(f.r[0], keys(0, 2), TierGPU)
+	f.ix.Clear(f.r[1])
+	if len(heard) != 0 || !f.ix.Holds(f.r[0], keys(5, 6)[0]) || f.ix.Holds(f.r[1], keys(5, 6)[0]) || f.ix.Holds(f.r[0], keys(0, 1)[0]) {
+		t.Fatalf("removals and clears reported %v, or Holds wrong", heard)
+	}
+	f.clock.Advance(2 * time.Minute)              // keys 2..9 expire
+	f.ix.Store(f.r[1], keys(2000, 3100), TierGPU) // past the cap and its slack: evicts
+	if f.ix.Holds(f.r[0], keys(5, 6)[0]) {
+		t.Fatal("Holds reports an expired entry")
+	}
+	f.ix.SweepExpired()
+	for _, k := range keys(2, 10) {
+		if heard[k] != 1<<f.r[0].ID {
+			t.Fatalf("expired key %d heard with holders %b", k, heard[k])
+		}
+	}
+	capped := 0
+	for _, k := range keys(2000, 3100) {
+		if h, ok := heard[k]; ok {
+			if h != 1<<f.r[1].ID {
+				t.Fatalf("evicted key %d heard with holders %b", k, h)
+			}
+			if f.ix.Holds(f.r[1], k) {
+				t.Fatalf("key %d reported evicted and still held", k)
+			}
+			capped++
+		}
+	}
+	if capped == 0 || int64(capped) != 1100-f.ix.Entries(f.pool) {
+		t.Fatalf("%d evicted keys heard; %d entries left of 1,100 stored", capped, f.ix.Entries(f.pool))
+	}
+}

@@ -5,8 +5,10 @@ package index
 // entries when the counted total passes Options.MaxEntries. The counted total
 // (Index.entries) is block entries + speculative entries + aliases held for
 // the index outside it (AccountAliases); only block and speculative entries
-// can be evicted here, so aliases make block entries go sooner. Tables that
-// eviction left under a quarter full are rebuilt (shard.shrinkLocked).
+// can be evicted here, so aliases make block entries go sooner. The keeper
+// of the aliases learns which block entries went (OnEvict) and drops their
+// aliases. Tables that eviction left under a quarter full are rebuilt
+// (shard.shrinkLocked).
 
 // capSlack lets the count pass the cap by 1/capSlack before a writer evicts
 // synchronously; below that, the Run goroutine evicts in the background.
@@ -16,26 +18,67 @@ const capSlack = 50
 // entries. Run calls it periodically; tests may call it directly.
 func (ix *Index) SweepExpired() {
 	now := ix.nowTick()
-	for _, p := range *ix.pools.Load() {
+	for id, p := range *ix.pools.Load() {
 		var dropped int64
+		out := ix.evictedOut()
 		for i := range p.shards {
-			dropped += p.shards[i].sweepExpired(p, now, ix.ttlTicks)
+			dropped += p.shards[i].sweepExpired(p, now, ix.ttlTicks, out)
 		}
 		p.entries.Add(-dropped)
 		ix.entries.Add(-dropped)
 		p.m.evictedTTL.Add(float64(dropped))
+		ix.reportEvicted(PoolID(id), out)
 		ix.sweepSpeculative(p, now, false)
 	}
 }
 
+// Evicted is what OnEvict's function learns of one pool's evicted block
+// entries: each key with the replicas (bit 1<<ReplicaID) that held it.
+type Evicted struct {
+	Keys []BlockKey
+	Held []uint64
+}
+
+// OnEvict has f called after block entries are evicted, at the cap or past
+// the TTL (not when removed, cleared, or their replica removed), with the
+// pool and what went, once per pool and eviction pass, with no index lock
+// held; f must not keep ev. A later call replaces f.
+func (ix *Index) OnEvict(f func(pool PoolID, ev *Evicted)) { ix.onEvict.Store(&f) }
+
+// evictedOut is where an eviction pass collects what it evicts: nil when
+// nobody listens.
+func (ix *Index) evictedOut() *Evicted {
+	if ix.onEvict.Load() == nil {
+		return nil
+	}
+	return &Evicted{}
+}
+
+// reportEvicted hands an eviction pass's evicted entries to OnEvict's
+// function.
+func (ix *Index) reportEvicted(pool PoolID, ev *Evicted) {
+	if f := ix.onEvict.Load(); f != nil && ev != nil && len(ev.Keys) > 0 {
+		(*f)(pool, ev)
+	}
+}
+
+// record notes block k's entry e as evicted (ev nil: nobody listens).
+func (ev *Evicted) record(k BlockKey, e entry) {
+	if ev != nil {
+		ev.Keys = append(ev.Keys, k)
+		ev.Held = append(ev.Held, e.held)
+	}
+}
+
 // sweepExpired drops s's block entries older than ttl ticks at tick now and
-// returns how many. It takes the shard lock and releases it on every exit,
-// a panic included.
-func (s *shard) sweepExpired(p *pool, now, ttl uint32) (dropped int64) {
+// returns how many (recorded in out). It takes the shard lock and releases
+// it on every exit, a panic included.
+func (s *shard) sweepExpired(p *pool, now, ttl uint32, out *Evicted) (dropped int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, pe := s.m.Next(0); pe != nil; i, pe = s.m.Next(i + 1) {
 		if stale(now, pe.entry().tick(), ttl) {
+			out.record(BlockKey(s.m.KeyAt(i)), pe.entry())
 			s.dropLocked(p, i)
 			dropped++
 			i-- // slot i now holds the next key of the run
@@ -95,9 +138,7 @@ const writeCommitEvery = 64
 // writeBudget is how many entries a writer may add before publishing them
 // and calling writeBudget again. At the synchronous-eviction line it evicts
 // first; if other writers filled the room again meanwhile, it allows one
-// entry (the next call evicts again). When aliases alone fill the cap,
-// eviction cannot make room; the writer then goes on in steps of 1 % of the
-// cap rather than evicting for every block.
+// entry (the next call evicts again).
 func (ix *Index) writeBudget() int64 {
 	line := ix.syncEvictLine()
 	if room := line - ix.entries.Load(); room > 0 {
@@ -106,9 +147,6 @@ func (ix *Index) writeBudget() int64 {
 	ix.enforceCap(ix.maxEntries)
 	if room := line - ix.entries.Load(); room > 0 {
 		return min(room, writeCommitEvery)
-	}
-	if ix.aliases.Load() >= ix.maxEntries-ix.maxEntries/100 {
-		return ix.maxEntries/100 + 1
 	}
 	return 1
 }
@@ -241,31 +279,35 @@ func (s *shard) countTicks(r *tickRange, hist []int64) {
 // evictWhere deletes up to limit entries whose refresh bucket satisfies pick
 // and returns how many more may go.
 func (ix *Index) evictWhere(pools []*pool, limit int64, r *tickRange, pick func(int) bool) int64 {
-	for _, p := range pools {
+	for id, p := range pools {
 		var dropped int64
+		out := ix.evictedOut()
 		for i := range p.shards {
 			if limit <= 0 {
 				break
 			}
-			d := p.shards[i].evictWhere(p, limit, r, pick)
+			d := p.shards[i].evictWhere(p, limit, r, pick, out)
 			dropped += d
 			limit -= d
 		}
 		p.entries.Add(-dropped)
 		ix.entries.Add(-dropped)
 		p.m.evictedCap.Add(float64(dropped))
+		ix.reportEvicted(PoolID(id), out)
 	}
 	return limit
 }
 
 // evictWhere deletes up to limit of s's block entries whose refresh bucket
-// satisfies pick, shrinks its maps and returns how many it deleted. It takes
-// the shard lock and releases it on every exit, a panic included.
-func (s *shard) evictWhere(p *pool, limit int64, r *tickRange, pick func(int) bool) (dropped int64) {
+// satisfies pick (recorded in out), shrinks its maps and returns how many it
+// deleted. It takes the shard lock and releases it on every exit, a panic
+// included.
+func (s *shard) evictWhere(p *pool, limit int64, r *tickRange, pick func(int) bool, out *Evicted) (dropped int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, pe := s.m.Next(0); pe != nil && dropped < limit; i, pe = s.m.Next(i + 1) {
 		if b, ok := r.bucket(pe.entry().tick()); ok && pick(b) {
+			out.record(BlockKey(s.m.KeyAt(i)), pe.entry())
 			s.dropLocked(p, i)
 			dropped++
 			i-- // slot i now holds the next key of the run

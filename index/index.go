@@ -105,6 +105,7 @@ type Index struct {
 	poolsMu sync.Mutex // serialises AddPool
 	pools   atomic.Pointer[[]*pool]
 	metrics *metrics
+	onEvict atomic.Pointer[func(PoolID, *Evicted)] // OnEvict
 }
 
 // New builds an empty Index. Options out of range are a programming error

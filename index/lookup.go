@@ -153,3 +153,23 @@ func (s *shard) holdersLocked(k BlockKey, now, ttl uint32) (held, cpuOnly uint64
 	}
 	return held, cpuOnly
 }
+
+// Holds reports whether r's replica holds block k in the index now: its
+// entry lists r (any tier) and is fresh. Speculative holdings do not count.
+func (ix *Index) Holds(r Replica, k BlockKey) bool {
+	p := ix.pool(r.Pool)
+	if p == nil || p.live(r) == nil {
+		return false
+	}
+	return p.shardOf(k).holds(k, uint64(1)<<r.ID, ix.nowTick(), ix.ttlTicks)
+}
+
+// holds reports whether k's fresh entry has bit set. It takes the shard
+// lock and releases it on every exit, a panic included.
+func (s *shard) holds(k BlockKey, bit uint64, now, ttl uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pe, ok := s.m.Get(uint64(k))
+	e := pe.entry()
+	return ok && e.held&bit != 0 && !stale(now, e.tick(), ttl)
+}

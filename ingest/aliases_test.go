@@ -3,9 +3,11 @@ package ingest
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 )
@@ -52,7 +54,7 @@ func (e *churnEngine) batch(t testing.TB) []byte {
 // churn runs engines publishing batches each over real ZeroMQ sockets into
 // a tokens-mode manager whose index caps entries at maxEntries, checking
 // the cap after every round; it returns the harness once all are applied.
-func churn(t *testing.T, engines, capacity, batches, maxEntries int) *harness {
+func churn(t *testing.T, engines, capacity, batches, maxEntries int, tweak ...func(*Manager)) *harness {
 	t.Helper()
 	var specs []replicaSpec
 	var es []*churnEngine
@@ -62,7 +64,7 @@ func churn(t *testing.T, engines, capacity, batches, maxEntries int) *harness {
 		specs = append(specs, replicaSpec{name: fmt.Sprintf("r%d", i), events: pub.Endpoint(), topic: "kv-events"})
 	}
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: maxEntries})
-	h := startOn(t, ix, baseConfig(poolConfig("p", keysTokens, specs...)))
+	h := startOn(t, ix, baseConfig(poolConfig("p", keysTokens, specs...)), tweak...)
 	for _, e := range es {
 		waitSubscribed(t, e.pub)
 	}
@@ -117,4 +119,58 @@ func TestTokensAliasesStayWithinTheirBudget(t *testing.T) {
 	if got := h.counter(metricAliasesEvicted); got == 0 {
 		t.Error("no alias eviction counted")
 	}
+}
+
+// aliasesWithin reports, per rank, the aliases its key map holds beyond the
+// blocks the index holds for the rank ("" when none holds more): an alias
+// has no block to point at beyond that.
+func aliasesWithin(h *harness) string {
+	var over []string
+	for _, rs := range h.mgr.allRanks() {
+		st, _ := h.ix.Replica(rs.r)
+		if a := rs.aliases.Load(); a > st.Blocks {
+			over = append(over, fmt.Sprintf("%s: %d aliases, %d blocks", rs.name, a, st.Blocks))
+		}
+	}
+	return strings.Join(over, "; ")
+}
+
+// When the index evicts blocks at its cap, their aliases go too: no rank
+// keeps more aliases than the index holds blocks for it.
+func TestTokensAliasesGoWithBlocksEvictedAtTheCap(t *testing.T) {
+	const engines, capacity, maxEntries = 4, 256, 400
+	h := churn(t, engines, capacity, 40, maxEntries, func(m *Manager) { m.tuning.orphanSweep = 20 * time.Millisecond })
+	over := aliasesWithin(h)
+	for deadline := time.Now().Add(5 * time.Second); over != "" && time.Now().Before(deadline); over = aliasesWithin(h) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if over != "" {
+		t.Errorf("more aliases than blocks: %s", over)
+	}
+	if got := h.counter(metricAliasesOrphan); got == 0 {
+		t.Errorf("%s 0 after evictions at the cap", metricAliasesOrphan)
+	}
+}
+
+// When the index sweeps blocks past its TTL, their aliases go too.
+func TestTokensAliasesGoWithExpiredBlocks(t *testing.T) {
+	st := steps(t)
+	pub := newPublisher(t, "", 100)
+	ix := index.New(index.Options{TTL: 300 * time.Millisecond, MaxEntries: 1 << 20})
+	h := startOn(t, ix, baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint()})),
+		func(m *Manager) { m.tuning.orphanSweep = 20 * time.Millisecond })
+	waitSubscribed(t, pub)
+	publish(t, pub, st[stepPrompt])
+	prompt := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
+	waitFor(t, "the blocks", func() bool { return h.held("p", "r0", prompt) == 2 })
+	pid, _ := ix.PoolByName("p")
+	if got := ix.TotalEntries() - ix.Entries(pid); got != 2 {
+		t.Fatalf("%d aliases for 2 blocks", got)
+	}
+	time.Sleep(500 * time.Millisecond)
+	ix.SweepExpired()
+	if got := ix.Entries(pid); got != 0 {
+		t.Fatalf("%d blocks left after the TTL", got)
+	}
+	waitFor(t, "the aliases gone", func() bool { return ix.TotalEntries() == 0 })
 }

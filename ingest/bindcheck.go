@@ -25,6 +25,13 @@ const (
 	// seqWarnEvery is the least time between two warnings of one rank
 	// about dropped or refused batches (the rest are counted).
 	seqWarnEvery = time.Minute
+	// startTimeRestartEvery bounds how often a changed
+	// process_start_time_seconds on a rank's /metrics (whoever answers
+	// there) may drop the rank's blocks when its event stream did not end:
+	// more often, the blocks are kept and the change counted. A real
+	// engine restart takes longer than this, and ends the stream in
+	// connect mode.
+	startTimeRestartEvery = 10 * time.Second
 )
 
 // Reasons of kvroute_ingest_unverified_batches_total.
@@ -35,14 +42,28 @@ const (
 
 // bindLimits are a rank's rate limits (applier-owned).
 type bindLimits struct {
-	checks *rate.Limiter
-	warns  *rate.Limiter
+	checks   *rate.Limiter
+	warns    *rate.Limiter
+	restarts *rate.Limiter // unconfirmed restarts from the start time
 	// suppressed counts warnings not logged since the last one.
 	suppressed int
 }
 
 func newBindLimits() bindLimits {
-	return bindLimits{checks: rate.NewLimiter(bindChecksPerSecond, bindCheckBurst), warns: rate.NewLimiter(rate.Every(seqWarnEvery), 1)}
+	return bindLimits{checks: rate.NewLimiter(bindChecksPerSecond, bindCheckBurst), warns: rate.NewLimiter(rate.Every(seqWarnEvery), 1),
+		restarts: rate.NewLimiter(rate.Every(startTimeRestartEvery), 1)}
+}
+
+// mayRestartOnStartTime reports whether a changed process start time may
+// drop the rank's blocks now; over the rate (startTimeRestartEvery) the
+// change is counted and the blocks stay.
+func (rs *rankState) mayRestartOnStartTime() bool {
+	if rs.limits.restarts.Allow() {
+		return true
+	}
+	rs.met.restartsThrottled.Inc()
+	rs.warnSeq("ingest: kept the blocks of a replica whose process start time changed again too soon", "every", startTimeRestartEvery)
+	return false
 }
 
 // bound reports whether the rank's live batches come through the shared

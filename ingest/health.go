@@ -148,6 +148,9 @@ func (rs *rankState) onEngineRestarted() {
 		return
 	}
 	if rs.drops.Load() == rs.restartDrops.Load() {
+		if !rs.mayRestartOnStartTime() {
+			return
+		}
 		rs.mgr.log.Info("ingest: engine restarted without its stream ending here; dropping the old process's blocks", "pool", rs.pool.in.Name, "replica", rs.name, "last_seq", rs.seq.last)
 		rs.dropAll()
 	}

@@ -1177,6 +1177,45 @@ func TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded(t *testing.T) {
 	}
 }
 
+// TestStartTimeFlippingIsRateLimited: whoever answers a replica's /metrics
+// can change process_start_time_seconds at every scrape. The first change
+// with no stream end seen drops the rank's blocks (a restart); further
+// changes within startTimeRestartEvery keep them and are counted instead
+// of clearing the replica at every scrape.
+func TestStartTimeFlippingIsRateLimited(t *testing.T) {
+	st := steps(t)
+	var startTime atomic.Int64
+	startTime.Store(1767225600)
+	pub := newPublisher(t, "", 100)
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), metrics: startTimeMetrics(t, &startTime)}))
+	cfg.Settings.ScrapeInterval = 20 * time.Millisecond
+	h := start(t, cfg)
+	waitSubscribed(t, pub)
+	waitFor(t, "a first start time", func() bool { return h.counter(metricScrapes, "outcome", "ok") >= 2 })
+	startTime.Add(60)
+	waitFor(t, "the first restart", func() bool { return h.mgr.Status()[0].Restarts == 1 })
+	// A scrape after the drop, so the next change is the new process's.
+	scrapes := h.counter(metricScrapes, "outcome", "ok")
+	waitFor(t, "a scrape after the restart", func() bool { return h.counter(metricScrapes, "outcome", "ok") >= scrapes+2 })
+	publish(t, pub, st[stepPrompt])
+	prompt := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
+	waitFor(t, "the blocks", func() bool { return h.held("p", "r0", prompt) == 2 })
+	for range 5 {
+		startTime.Add(60)
+		scrapes := h.counter(metricScrapes, "outcome", "ok")
+		waitFor(t, "a scrape after the change", func() bool { return h.counter(metricScrapes, "outcome", "ok") >= scrapes+2 })
+	}
+	if got := h.counter(metricRestartsKept); got != 5 {
+		t.Errorf("%s %g, want 5", metricRestartsKept, got)
+	}
+	if got := h.held("p", "r0", prompt); got != 2 {
+		t.Errorf("%d of 2 blocks held after start-time flips within %v", got, startTimeRestartEvery)
+	}
+	if got := h.mgr.Status()[0].Restarts; got != 1 {
+		t.Errorf("%d restarts counted, want 1", got)
+	}
+}
+
 // TestUnconfirmedHugeJumpWithoutReplayIsDropped: with no replay to check
 // against, a jump of more than maxSeqJump is taken only when the next batch
 // continues it; a lone forged seq 2^40 is dropped and counted.

@@ -17,6 +17,8 @@ import (
 //   - an entry lives while the engine holds the block: each records the tiers
 //     the engine stored it in, and the BlockRemoved of its last tier deletes
 //     it; AllBlocksCleared, a restart and the replica's removal drop them all;
+//   - and while the index holds the block: when the index evicts it (at its
+//     cap or past its TTL) the entry goes too (orphans.go);
 //   - at most limit entries: past it, entries of the older of two
 //     generations are evicted (trim), so entries used recently survive;
 //   - the limit is the smaller of the per-rank cap and the rank's share of
@@ -145,6 +147,22 @@ func (k *keyMap) trim() {
 	if n > 0 && k.evicted != nil {
 		k.evicted(n)
 	}
+}
+
+// dropWhere deletes the entries whose block key drop reports and returns
+// how many.
+func (k *keyMap) dropWhere(drop func(key uint64) bool) int {
+	n := 0
+	for _, g := range []*hashTable{&k.cur, &k.old} {
+		for i, a := g.Next(0); a != nil; i, a = g.Next(i + 1) {
+			if drop(a.key()) {
+				g.DeleteAt(i)
+				n++
+				i-- // slot i now holds the next key of the run
+			}
+		}
+	}
+	return n
 }
 
 func (k *keyMap) reset() {

@@ -131,11 +131,13 @@ type tuning struct {
 	minBackoff    time.Duration
 	replayTimeout time.Duration
 	keyMapCap     int
-	beforeApply   func() // test hook: runs before each batch is applied (a slow index)
-	noSelfCheck   bool   // benchmarks: random engine hashes would all mismatch
+	orphanSweep   time.Duration // longest an evicted block's alias waits (orphans.go)
+	beforeApply   func()        // test hook: runs before each batch is applied (a slow index)
+	noSelfCheck   bool          // benchmarks: random engine hashes would all mismatch
 }
 
-var defaultTuning = tuning{minBackoff: 100 * time.Millisecond, replayTimeout: 10 * time.Second, keyMapCap: 1 << 20}
+var defaultTuning = tuning{minBackoff: 100 * time.Millisecond, replayTimeout: 10 * time.Second, keyMapCap: 1 << 20,
+	orphanSweep: time.Second}
 
 // poolState is one pool's shared ingest state.
 type poolState struct {
@@ -213,6 +215,7 @@ func New(opts Options) (*Manager, error) {
 		}
 	}
 	m.storeRanks(all)
+	m.ix.OnEvict(m.blocksEvicted)
 	return m, nil
 }
 
@@ -225,7 +228,10 @@ func (m *Manager) newRank(ps *poolState, rk Rank, replica int) (*rankState, erro
 		limits: newBindLimits(),
 	}
 	rs.met = m.m.forRank(ps.in.Name, rs.name)
-	rs.keys = newKeyMap(m.tuning.keyMapCap, m.ix.AccountAliases)
+	rs.keys = newKeyMap(m.tuning.keyMapCap, func(delta int64) {
+		rs.aliases.Add(delta)
+		m.ix.AccountAliases(delta)
+	})
 	rs.keys.share = &m.aliasShare
 	rs.keys.evicted = func(n int) { rs.met.aliasesEvicted.Add(float64(n)) }
 	var err error

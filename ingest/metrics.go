@@ -16,10 +16,12 @@ type metrics struct {
 	gaps           *prometheus.CounterVec // pool, replica
 	replays        *prometheus.CounterVec // pool, replica, outcome
 	restarts       *prometheus.CounterVec // pool, replica
+	restartsKept   *prometheus.CounterVec // pool, replica
 	queueDrops     *prometheus.CounterVec // pool, replica
 	parentUnknown  *prometheus.CounterVec // pool, replica
 	seqJumps       *prometheus.CounterVec // pool, replica
 	aliasesEvicted *prometheus.CounterVec // pool, replica
+	aliasesOrphan  *prometheus.CounterVec // pool, replica
 	replayJumps    *prometheus.CounterVec // pool, replica
 	unverified     *prometheus.CounterVec // pool, replica, reason
 	unroutable     *prometheus.CounterVec // pool, replica, reason
@@ -72,10 +74,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		gaps:           cv(metricGaps, "Sequence gaps seen on a publisher's stream."),
 		replays:        cv(metricReplays, "Replay requests and their outcomes.", "outcome"),
 		restarts:       cv(metricRestarts, "Publisher restarts detected (sequence went backwards); the replica was cleared."),
+		restartsKept:   cv(metricRestartsKept, "Changes of a replica's process_start_time_seconds that did not clear it: its event stream had not ended and the previous such change was under "+startTimeRestartEvery.String()+" before (a real restart takes longer; whoever answers /metrics could flip it every scrape)."),
 		queueDrops:     cv(metricQueueDrops, "Batches dropped because the replica's queue was full (treated as a gap)."),
 		parentUnknown:  cv(metricParentUnknown, "BlockStored runs skipped because their parent block was never seen (tokens keys)."),
 		unroutable:     cv(metricUnroutable, "Times a replica became unroutable, by the signal that said its engine is gone or frozen.", "reason"),
 		aliasesEvicted: cv(metricAliasesEvicted, "Engine hash → block key aliases (keys: tokens) dropped, oldest first, because the rank's key map reached its share of the alias budget (half of index.max_entries divided among the ranks); a later BlockRemoved of such a hash is skipped."),
+		aliasesOrphan:  cv(metricAliasesOrphan, "Engine hash → block key aliases (keys: tokens) dropped because the index evicted their block (at index.max_entries or past index.ttl): an alias goes with its block."),
 		replayJumps:    cv(metricReplayJumps, "Replayed batches skipped because their seq did not follow the previous one of the same replay reply (the engine's buffer is contiguous: corrupt or forged)."),
 		unverified:     cv(metricUnverified, "Bind mode: live batches dropped unchecked, by reason: restart_unconfirmed (a seq going backwards the engine's replay or next batch does not confirm), check_throttled (a batch needing a replay check over the per-rank rate).", "reason"),
 		seqJumps:       cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
@@ -93,8 +97,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		schemeMismatch: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricSchemeMismatch, Help: "BlockStored runs whose engine hashes the configured algorithm/seed/block size does not reproduce."}, []string{"pool"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.queueDrops,
-			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.replayJumps, m.unverified, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
+		reg.MustRegister(m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays, m.restarts, m.restartsKept, m.queueDrops,
+			m.parentUnknown, m.seqJumps, m.aliasesEvicted, m.aliasesOrphan, m.replayJumps, m.unverified, m.unroutable, m.connected, m.lastSeq, m.lag, m.unknownTopic, m.framesRefused, m.scrapes, m.probesFailed, m.hitRate, m.configMismatch,
 			m.selfCheck, m.schemeMismatch)
 	}
 	m.panics = panics.NewCounter(reg)
@@ -108,8 +112,10 @@ type rankMetrics struct {
 	skipGroup, skipBS, skipTok, skipRem prometheus.Counter
 	blocksStored, blocksRemoved         prometheus.Counter
 	decodeErrors, gaps, restarts, drops prometheus.Counter
+	restartsThrottled                   prometheus.Counter
 	parentUnknown, seqJumps             prometheus.Counter
 	aliasesEvicted, replayJumps         prometheus.Counter
+	aliasesOrphaned                     prometheus.Counter
 	replayReq, replayOK, replayPartial  prometheus.Counter
 	replayFailed                        prometheus.Counter
 	connected, lastSeq, lag, hitRate    prometheus.Gauge
@@ -147,8 +153,8 @@ func (m *metrics) forRank(pool, replica string) *rankMetrics {
 		skipGroup: with(m.events, "type", evSkippedGroup), skipBS: with(m.events, "type", evSkippedBlockSize),
 		skipTok: with(m.events, "type", evSkippedNoTokens), skipRem: with(m.events, "type", evSkippedRemove),
 		blocksStored: with(m.blocks, "op", "stored"), blocksRemoved: with(m.blocks, "op", "removed"),
-		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), drops: with(m.queueDrops),
-		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted), replayJumps: with(m.replayJumps),
+		decodeErrors: with(m.decodeErrors), gaps: with(m.gaps), restarts: with(m.restarts), restartsThrottled: with(m.restartsKept), drops: with(m.queueDrops),
+		parentUnknown: with(m.parentUnknown), seqJumps: with(m.seqJumps), aliasesEvicted: with(m.aliasesEvicted), aliasesOrphaned: with(m.aliasesOrphan), replayJumps: with(m.replayJumps),
 		unroutableVec: m.unroutable, unverifiedVec: m.unverified, pool: pool, replica: replica,
 		replayReq: with(m.replays, "outcome", replayRequested), replayOK: with(m.replays, "outcome", replaySucceeded),
 		replayPartial: with(m.replays, "outcome", replayPartial), replayFailed: with(m.replays, "outcome", replayFailed),

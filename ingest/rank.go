@@ -36,6 +36,8 @@ type rankState struct {
 	restartSeen    atomic.Bool  // the scraper saw a new process_start_time_seconds
 	restartDrops   atomic.Int64 // drops as of the old start time's last reading
 	drops          atomic.Int64 // times the applier dropped all of the rank's blocks
+	orphans        orphans      // keys the index evicted, for the applier
+	aliases        atomic.Int64 // the key map's entries as last synced
 	gonePrev       goneEpisode  // applier-owned
 	restartCounted int64        // applier-owned: the drops episode a restart was counted for
 
@@ -150,6 +152,7 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 		case <-rs.wake:
 			rs.dropGone()
 			rs.onEngineRestarted()
+			rs.dropOrphans()
 			if rs.resync.Swap(false) {
 				rs.onConnect(ctx)
 			}

@@ -179,7 +179,7 @@ func (m *Manager) storeRanks(all []*rankState) {
 func (m *metrics) dropSeries(pool, replica string) {
 	l := prometheus.Labels{"pool": pool, "replica": replica}
 	for _, v := range []*prometheus.CounterVec{m.batches, m.events, m.blocks, m.decodeErrors, m.gaps, m.replays,
-		m.restarts, m.queueDrops, m.parentUnknown, m.aliasesEvicted, m.replayJumps, m.unverified, m.unroutable, m.seqJumps, m.scrapes, m.probesFailed, m.configMismatch} {
+		m.restarts, m.restartsKept, m.queueDrops, m.parentUnknown, m.aliasesEvicted, m.aliasesOrphan, m.replayJumps, m.unverified, m.unroutable, m.seqJumps, m.scrapes, m.probesFailed, m.configMismatch} {
 		v.DeletePartialMatch(l)
 	}
 	for _, v := range []*prometheus.GaugeVec{m.connected, m.lastSeq, m.lag, m.hitRate} {

@@ -39,7 +39,8 @@ func (s *Server) buildSources(met *discovery.Metrics) ([]poolSource, error) {
 		case config.DiscoveryDNS:
 			out = append(out, poolSource{pool: p, met: met.For(p.Name, dns.SourceKind), src: dns.New(dns.Options{
 				Pool: p.Name, Name: d.DNS.Name, Interval: d.DNS.Interval.Std(), Server: d.DNS.Server, EmptyGrace: d.DNS.EmptyGrace.Std(),
-				Logger: s.log, Metrics: met,
+				NXDomainGrace: d.DNS.NXDomainGrace.Std(),
+				Logger:        s.log, Metrics: met,
 			})})
 		case config.DiscoveryKubernetes:
 			k := &d.Kubernetes

@@ -32,6 +32,7 @@ var subcommands = []subcommand{
 	{"run", "the routing-quality benchmark on an in-process fleet: run [--out DIR] [flags]", runBench},
 	{"gateway", "a loopback stand-in for Envoy in front of kvroute, for development and tests: gateway --listen ADDR --extproc ADDR [--debug-headers]", runGateway},
 	{"sim", "replay a Mooncake trace on a simulated fleet in virtual time: sim --trace FILE [--engines N] [--out DIR] [--policies LIST] [--kv-blocks N]", runSim},
+	{"soak", "three kvroutes on a mesh under N ext_proc streams, one frozen, strangers on the mesh, the index at its cap: soak [--duration D] [--streams N]", runSoak},
 	{"suite", "the routing suite: traces and workload families × gateways × seeds × loads, goals met or missed: suite [--quick] [--out DIR]", runSuite},
 }
 

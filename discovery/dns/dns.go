@@ -14,6 +14,8 @@ import (
 	"slices"
 	"time"
 
+	mdns "github.com/miekg/dns"
+
 	"github.com/kvroute/kvroute/discovery"
 )
 
@@ -42,14 +44,21 @@ type Options struct {
 	Interval time.Duration
 	// Server is a DNS server's host:port; "" uses the system resolver.
 	Server string
-	// EmptyGrace is how long answers without addresses (no records, or
-	// NXDOMAIN: Go's resolver reports both alike) must go on before a set
-	// that had engines becomes empty; until then the last set is kept and
-	// the name re-queried with backoff. 0: at once.
+	// EmptyGrace is how long answers without addresses (no records, or a
+	// NXDOMAIN without authority) must go on before a set that had engines
+	// becomes empty; until then the last set is kept and the name
+	// re-queried with backoff. 0: at once.
 	EmptyGrace time.Duration
-	Logger     *slog.Logger // nil → slog.Default()
-	Metrics    *discovery.Metrics
+	// NXDomainGrace replaces EmptyGrace while the name's server says with
+	// authority that the name does not exist (authoritative NXDOMAIN).
+	NXDomainGrace time.Duration
+	Logger        *slog.Logger // nil → slog.Default()
+	Metrics       *discovery.Metrics
 }
+
+// resolvConf is where the system resolver's servers are read, to ask one
+// of them directly whether a name that resolved to nothing exists.
+var resolvConf = "/etc/resolv.conf"
 
 // Source follows a name's addresses.
 type Source struct {
@@ -81,8 +90,12 @@ func (s *Source) Run(ctx context.Context, update func([]discovery.Target)) error
 	retry := minRetry
 	failing := false
 	var emptySince time.Time // the first empty answer of a run of them; zero: none
+	var nxSince time.Time    // the first authoritative NXDOMAIN of a run of them; zero: none
 	for {
-		ts, err := s.resolve(ctx)
+		ts, nx, err := s.resolve(ctx)
+		if !nx {
+			nxSince = time.Time{}
+		}
 		wait := s.o.Interval
 		switch {
 		case ctx.Err() != nil:
@@ -96,7 +109,7 @@ func (s *Source) Run(ctx context.Context, update func([]discovery.Target)) error
 			failing = true
 			wait = min(retry, s.o.Interval)
 			retry = min(2*retry, s.o.Interval)
-		case len(ts) == 0 && len(last) > 0 && s.holdEmpty(&emptySince):
+		case len(ts) == 0 && len(last) > 0 && s.holdEmpty(&emptySince, &nxSince, nx):
 			// A transient empty answer (a resolver cache, pods all
 			// restarting at once) must not take every engine away: keep
 			// the last set and ask again soon.
@@ -139,31 +152,42 @@ func (s *Source) Run(ctx context.Context, update func([]discovery.Target)) error
 	}
 }
 
-// holdEmpty reports whether an empty answer is still within the grace
-// period, which starts at the first of a run of empty answers (*since).
-func (s *Source) holdEmpty(since *time.Time) bool {
+// holdEmpty reports whether an empty answer is still within its grace
+// period: EmptyGrace from the first of a run of empty answers (*since), or,
+// for an authoritative NXDOMAIN (nx), NXDomainGrace from the first of a run
+// of those (*nxSince).
+func (s *Source) holdEmpty(since, nxSince *time.Time, nx bool) bool {
 	if since.IsZero() {
 		*since = time.Now()
-		if s.o.EmptyGrace > 0 {
+		if s.o.EmptyGrace > 0 && !nx {
 			s.log.Warn("discovery: the name answered no addresses; keeping the last set for the grace period", "pool", s.o.Pool,
 				"source", SourceKind, "grace", s.o.EmptyGrace)
 		}
 	}
-	return time.Since(*since) < s.o.EmptyGrace
+	if !nx {
+		return time.Since(*since) < s.o.EmptyGrace
+	}
+	if nxSince.IsZero() {
+		*nxSince = time.Now()
+		s.log.Warn("discovery: the name's server says with authority that it does not exist (NXDOMAIN)", "pool", s.o.Pool,
+			"source", SourceKind, "grace", s.o.NXDomainGrace)
+	}
+	return time.Since(*nxSince) < s.o.NXDomainGrace
 }
 
 // resolve returns the name's addresses as targets, sorted; a name that does
-// not exist (NXDOMAIN) or has no address records is an empty set.
-func (s *Source) resolve(ctx context.Context) ([]discovery.Target, error) {
+// not exist (NXDOMAIN) or has no address records is an empty set, and nx
+// reports an authoritative NXDOMAIN.
+func (s *Source) resolve(ctx context.Context) (ts []discovery.Target, nx bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	addrs, err := s.res.LookupNetIP(ctx, "ip", s.o.Name)
 	if err != nil {
 		var de *net.DNSError
 		if errors.As(err, &de) && de.IsNotFound {
-			return nil, nil
+			return nil, s.authoritativeNXDomain(ctx), nil
 		}
-		return nil, err
+		return nil, false, err
 	}
 	seen := map[netip.Addr]bool{}
 	var out []discovery.Target
@@ -182,5 +206,26 @@ func (s *Source) resolve(ctx context.Context) ([]discovery.Target, error) {
 			"source", SourceKind, "addresses", len(out), "kept", MaxTargets)
 		out = out[:MaxTargets]
 	}
-	return out, nil
+	return out, false, nil
+}
+
+// authoritativeNXDomain asks the name's server (Options.Server, else the
+// first of resolv.conf) directly for the name, as an absolute name, and
+// reports whether it answers NXDOMAIN with the authoritative bit: Go's
+// resolver reports that and an answer without addresses alike. Anything
+// else (no answer, no authority, records after all) is no.
+func (s *Source) authoritativeNXDomain(ctx context.Context) bool {
+	server := s.o.Server
+	if server == "" {
+		cc, err := mdns.ClientConfigFromFile(resolvConf)
+		if err != nil || len(cc.Servers) == 0 {
+			return false
+		}
+		server = net.JoinHostPort(cc.Servers[0], cc.Port)
+	}
+	q := new(mdns.Msg)
+	q.SetQuestion(mdns.Fqdn(s.o.Name), mdns.TypeA)
+	c := &mdns.Client{Timeout: lookupTimeout}
+	in, _, err := c.ExchangeContext(ctx, q, server)
+	return err == nil && in.Rcode == mdns.RcodeNameError && in.Authoritative
 }

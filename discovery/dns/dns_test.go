@@ -23,10 +23,17 @@ func follow(t *testing.T, z *dnstest.Zone, reg prometheus.Registerer) <-chan []s
 	return followGrace(t, z, reg, 0)
 }
 
-// followGrace is follow with an empty-answer grace period.
+// followGrace is follow with an empty-answer grace period (and the same
+// for authoritative NXDOMAIN).
 func followGrace(t *testing.T, z *dnstest.Zone, reg prometheus.Registerer, grace time.Duration) <-chan []string {
 	t.Helper()
-	src := New(Options{Pool: "p", Name: name, Interval: 30 * time.Millisecond, Server: z.Addr(), EmptyGrace: grace,
+	return followGraces(t, z, reg, grace, grace)
+}
+
+// followGraces is follow with both grace periods.
+func followGraces(t *testing.T, z *dnstest.Zone, reg prometheus.Registerer, grace, nxGrace time.Duration) <-chan []string {
+	t.Helper()
+	src := New(Options{Pool: "p", Name: name, Interval: 30 * time.Millisecond, Server: z.Addr(), EmptyGrace: grace, NXDomainGrace: nxGrace,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: discovery.NewMetrics(reg)})
 	ctx, cancel := context.WithCancel(context.Background())
 	updates := make(chan []string, 100)
@@ -159,6 +166,51 @@ func TestTransientEmptyAnswersKeepTheSet(t *testing.T) {
 	}
 	z.Set("10.0.0.9")
 	next(t, updates, "10.0.0.9")
+}
+
+// TestAuthoritativeNXDomainEmptiesAtOnce: the name's own server saying the
+// name does not exist (the Service was deleted) empties the set at once, or
+// after dns.nxdomain_grace, not after the empty_grace that protects against
+// transient empty answers; an answer without addresses, and an NXDOMAIN
+// without authority (a recursive resolver's cache), still get that grace.
+func TestAuthoritativeNXDomainEmptiesAtOnce(t *testing.T) {
+	const grace = time.Minute
+	for _, nxGrace := range []time.Duration{0, time.Second} {
+		z := dnstest.Start(t, name)
+		z.Set("10.0.0.1")
+		reg := prometheus.NewRegistry()
+		updates := followGraces(t, z, reg, grace, nxGrace)
+		next(t, updates, "10.0.0.1")
+
+		for _, empty := range []func(){func() { z.Set() }, func() { z.Authoritative(false); z.Fail(dnstest.NXDomain) }} {
+			held := metric(t, reg, "kvroute_discovery_refreshes_total", discovery.ResultEmptyHeld)
+			empty()
+			deadline := time.Now().Add(10 * time.Second)
+			for metric(t, reg, "kvroute_discovery_refreshes_total", discovery.ResultEmptyHeld) < held+3 {
+				if time.Now().After(deadline) {
+					t.Fatal("empty answers never counted as held")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			select {
+			case got := <-updates:
+				t.Fatalf("nxdomain_grace %v: an empty answer within empty_grace changed the set to %v", nxGrace, got)
+			default:
+			}
+			z.Authoritative(true)
+			z.Set("10.0.0.1")
+		}
+
+		began := time.Now()
+		z.Fail(dnstest.NXDomain)
+		next(t, updates, "")
+		took := time.Since(began)
+		if took < nxGrace || took > nxGrace+5*time.Second {
+			t.Fatalf("authoritative NXDOMAIN emptied the set after %v; nxdomain_grace %v, empty_grace %v", took, nxGrace, grace)
+		}
+		z.Set("10.0.0.9")
+		next(t, updates, "10.0.0.9")
+	}
 }
 
 // TestManyRecordsAreCapped: a name with more addresses than MaxTargets

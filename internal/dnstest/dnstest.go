@@ -26,6 +26,9 @@ type Zone struct {
 	mu    sync.Mutex
 	addrs []netip.Addr
 	rcode int
+	// notAuth clears the authoritative bit of the answers, as a recursive
+	// resolver answering from its cache does.
+	notAuth bool
 }
 
 // Start serves name (fully qualified, with its trailing dot) on a free
@@ -82,13 +85,22 @@ func (z *Zone) Fail(rcode int) {
 	z.rcode = rcode
 }
 
+// Authoritative sets whether answers carry the authoritative bit (the
+// default), as the name's own server; false answers as a recursive resolver
+// relaying them does.
+func (z *Zone) Authoritative(aa bool) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.notAuth = !aa
+}
+
 // ServeDNS implements mdns.Handler.
 func (z *Zone) ServeDNS(w mdns.ResponseWriter, q *mdns.Msg) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	m := new(mdns.Msg)
 	m.SetReply(q)
-	m.Authoritative = true
+	m.Authoritative = !z.notAuth
 	switch {
 	case len(q.Question) != 1 || !strings.EqualFold(q.Question[0].Name, z.name):
 		m.Rcode = mdns.RcodeNameError

@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/internal/vllmemu"
 	"github.com/kvroute/kvroute/tokenize"
 )
@@ -313,6 +314,11 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 				r, err := runPhase(ctx, fleet, driver, o, p, kvs[p], w, reqs, floors)
 				if err != nil {
 					return results, fmt.Errorf("%s at %g req/s, %s: %w", w.Kind, rate, p, err)
+				}
+				for _, kv := range kvs[p] {
+					if n := kv.Panics(); n > 0 {
+						return results, fmt.Errorf("%s at %g req/s, %s: kvroute recovered %g panics (%s)", w.Kind, rate, p, n, panics.MetricName)
+					}
 				}
 				if len(kvs[p]) > 0 {
 					r.Decisions = map[string]int{}

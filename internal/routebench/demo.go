@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/panics"
 )
 
 // DemoOptions configure Demo: N emulated vLLM replicas (bin/vllm-emu child
@@ -134,13 +136,7 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 		name := fmt.Sprintf("vllm-%d", i)
 		rep := Replica{Name: name, Address: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 			Events: fmt.Sprintf("tcp://127.0.0.1:%d", ports[1]), Replay: fmt.Sprintf("tcp://127.0.0.1:%d", ports[2])}
-		events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":%q,"replay_endpoint":%q,"topic":"kv","buffer_steps":10000}`,
-			rep.Events, rep.Replay)
-		args := []string{"--model", o.Model, "--tokenizer", tokDir, "--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]),
-			"--block-size", strconv.Itoa(o.BlockSize), "--num-gpu-blocks-override", strconv.Itoa(o.NumBlocks),
-			"--prefix-caching-hash-algo", "sha256", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
-			"--kv-events-config", events,
-			"--emu-prefill-per-token", o.Prefill.String(), "--emu-decode-per-token", o.Decode.String()}
+		args := emuArgs(o.Model, tokDir, ports[0], rep, o.BlockSize, o.NumBlocks, 8, o.Prefill, o.Decode)
 		c, err := StartChild(name, emu, args, []string{"PYTHONHASHSEED=0"}, filepath.Join(dir, name+".log"))
 		if err != nil {
 			return err
@@ -213,6 +209,11 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 	if err := demoExplain(ctx, o.Out, kvrouteBin, kcfg.Admin, dir, o.Model, reqs[len(reqs)-1]); err != nil {
 		return err
 	}
+	if m, err := scrape(ctx, &http.Client{Timeout: 5 * time.Second}, kcfg.Admin); err != nil {
+		return err
+	} else if n := m.sum(panics.MetricName, ""); n > 0 {
+		return fmt.Errorf("kvroute recovered %g panics (%s; log %s)", n, panics.MetricName, kv.LogPath)
+	}
 	base, kvr := results[0], results[1]
 	if kvr.EngineHitRate() <= base.EngineHitRate() {
 		return fmt.Errorf("kvroute's prefix-cache hit rate %.1f %% does not beat round-robin's %.1f %%", 100*kvr.EngineHitRate(), 100*base.EngineHitRate())
@@ -220,6 +221,19 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 	fmt.Fprintf(o.Out, "\nkvroute beats round-robin: prefix-cache hit rate %.1f %% vs %.1f %%, TTFT p90 %s vs %s\n",
 		100*kvr.EngineHitRate(), 100*base.EngineHitRate(), ms(kvr.Percentile(0.9)), ms(base.Percentile(0.9)))
 	return nil
+}
+
+// emuArgs are the vllm-emu arguments of replica rep on port, publishing
+// KV events (with a replay endpoint) as vLLM's --kv-events-config says, its
+// block hashes sha256 (run it with PYTHONHASHSEED=0).
+func emuArgs(model, tokDir string, port int, rep Replica, blockSize, numBlocks, maxSeqs int, prefill, decode time.Duration) []string {
+	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":%q,"replay_endpoint":%q,"topic":"kv","buffer_steps":10000}`,
+		rep.Events, rep.Replay)
+	return []string{"--model", model, "--tokenizer", tokDir, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--block-size", strconv.Itoa(blockSize), "--num-gpu-blocks-override", strconv.Itoa(numBlocks),
+		"--prefix-caching-hash-algo", "sha256", "--max-num-seqs", strconv.Itoa(maxSeqs), "--max-num-batched-tokens", "2048",
+		"--kv-events-config", events,
+		"--emu-prefill-per-token", prefill.String(), "--emu-decode-per-token", decode.String()}
 }
 
 // demoExplain runs `kvroute explain` on one of the demo's requests against

@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/loopback"
+	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/server"
 )
 
@@ -55,6 +56,22 @@ type KVRouteConfig struct {
 	// loopback); PeersListen "" leaves it off.
 	PeersListen string
 	Peers       []string
+	// PeersTLS, when set, runs the mesh on mutual TLS with these files
+	// (peers.tls) instead of in plaintext.
+	PeersTLS *PeersTLS
+	// NoLoadSignals turns off /metrics scrapes and /health probes
+	// (ingest.scrape_interval and health_interval 0): replicas are
+	// routable while their event streams are up.
+	NoLoadSignals bool
+	// MaxEntries is index.max_entries; 0 keeps the default.
+	MaxEntries int64
+	// LogLevel is log.level; "" is warn.
+	LogLevel string
+}
+
+// PeersTLS are the peer mesh's certificate files (peers.tls).
+type PeersTLS struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // loopbackPeerEndpoints picks n free loopback endpoints for the peer mesh
@@ -79,12 +96,23 @@ const DefaultBenchScrapeInterval = 200 * time.Millisecond
 func (c KVRouteConfig) YAML() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: {extproc: %q, admin: %q}\n", c.ExtProc, c.Admin)
-	b.WriteString("log: {level: warn, format: text}\n")
+	level := c.LogLevel
+	if level == "" {
+		level = "warn"
+	}
+	fmt.Fprintf(&b, "log: {level: %s, format: text}\n", level)
+	if c.MaxEntries > 0 {
+		fmt.Fprintf(&b, "index: {max_entries: %d}\n", c.MaxEntries)
+	}
 	scrape := c.ScrapeInterval
 	if scrape <= 0 {
 		scrape = DefaultBenchScrapeInterval
 	}
-	fmt.Fprintf(&b, "ingest: {scrape_interval: %s}\n", scrape)
+	if c.NoLoadSignals {
+		b.WriteString("ingest: {scrape_interval: 0s, health_interval: 0s}\n")
+	} else {
+		fmt.Fprintf(&b, "ingest: {scrape_interval: %s}\n", scrape)
+	}
 	var routing []string
 	if c.DebugHeaders {
 		routing = append(routing, "debug_headers: true")
@@ -95,7 +123,11 @@ func (c KVRouteConfig) YAML() string {
 	if len(routing) > 0 {
 		fmt.Fprintf(&b, "routing: {%s}\n", strings.Join(routing, ", "))
 	}
-	if c.PeersListen != "" {
+	switch {
+	case c.PeersListen != "" && c.PeersTLS != nil:
+		fmt.Fprintf(&b, "peers: {listen: %q, addresses: [%s], tls: {cert_file: %q, key_file: %q, ca_file: %q}}\n",
+			c.PeersListen, strings.Join(quoteAll(c.Peers), ", "), c.PeersTLS.CertFile, c.PeersTLS.KeyFile, c.PeersTLS.CAFile)
+	case c.PeersListen != "":
 		fmt.Fprintf(&b, "peers: {listen: %q, insecure: true, addresses: [%s]}\n", c.PeersListen, strings.Join(quoteAll(c.Peers), ", "))
 	}
 	b.WriteString("pools:\n")
@@ -219,6 +251,16 @@ func (k *KVRoute) MeshDelay() MeshDelay {
 		}
 	}
 	return d
+}
+
+// Panics is kvroute_panics_total summed over components: panics kvroute
+// recovered (0 in every benchmark).
+func (k *KVRoute) Panics() float64 {
+	var n float64
+	for _, m := range k.series(panics.MetricName) {
+		n += m.GetCounter().GetValue()
+	}
+	return n
 }
 
 // series is every series of the metric called name, as gathered now (none

@@ -1,5 +1,5 @@
 // Package testpki makes a certificate authority and its certificates at
-// test time, for tests of mutual TLS (no private key is committed).
+// test or benchmark time, for mutual TLS (no private key is committed).
 package testpki
 
 import (
@@ -17,8 +17,7 @@ import (
 	"time"
 )
 
-// CA is a certificate authority whose files live in a test's temporary
-// directory.
+// CA is a certificate authority whose files live in one directory.
 type CA struct {
 	dir  string
 	cert *x509.Certificate
@@ -33,29 +32,13 @@ type Files struct {
 	Cert, Key string
 }
 
-// New makes a CA.
+// New makes a CA in a test's temporary directory.
 func New(t testing.TB) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p, err := NewIn(t.TempDir(), "kvroute mesh test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kvroute mesh test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &CA{dir: t.TempDir(), cert: cert, key: key, serial: 1}
-	p.File = filepath.Join(p.dir, "ca.pem")
-	writePEM(t, p.File, "CERTIFICATE", der)
 	return p
 }
 
@@ -63,9 +46,43 @@ func New(t testing.TB) *CA {
 // IP SAN 127.0.0.1; good for serving and for client authentication).
 func (p *CA) Issue(t testing.TB, name string) Files {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	f, err := p.IssueFiles(name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return f
+}
+
+// NewIn makes a CA called commonName whose files (ca.pem, then each issued
+// certificate's) are written to dir, for tools that run outside a test.
+func NewIn(dir, commonName string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: commonName},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	p := &CA{dir: dir, cert: cert, key: key, serial: 1}
+	p.File = filepath.Join(p.dir, "ca.pem")
+	return p, writePEM(p.File, "CERTIFICATE", der)
+}
+
+// IssueFiles is Issue returning its error.
+func (p *CA) IssueFiles(name string) (Files, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Files{}, err
 	}
 	p.serial++
 	tmpl := &x509.Certificate{
@@ -77,21 +94,19 @@ func (p *CA) Issue(t testing.TB, name string) Files {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
 	if err != nil {
-		t.Fatal(err)
+		return Files{}, err
 	}
 	kder, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return Files{}, err
 	}
 	f := Files{Cert: filepath.Join(p.dir, name+".pem"), Key: filepath.Join(p.dir, name+"-key.pem")}
-	writePEM(t, f.Cert, "CERTIFICATE", der)
-	writePEM(t, f.Key, "PRIVATE KEY", kder)
-	return f
+	if err := writePEM(f.Cert, "CERTIFICATE", der); err != nil {
+		return Files{}, err
+	}
+	return f, writePEM(f.Key, "PRIVATE KEY", kder)
 }
 
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }
