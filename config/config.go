@@ -188,10 +188,9 @@ type Routing struct {
 	ScoresHeader bool `yaml:"scores_header"`
 	// BodyMode is Envoy's ext_proc request_body_mode when Envoy sends no
 	// protocol_config (Envoy < 1.40; a protocol_config always wins):
-	// "buffered" (envoy/envoy.yaml), "full_duplex" (FULL_DUPLEX_STREAMED, the
-	// GIE endpoint-picker setup) or "auto" (infer from message timing: waits
-	// up to 10 ms per request and can guess wrong under load).
-	BodyMode string `yaml:"body_mode" default:"buffered" check:"oneof=auto|buffered|full_duplex"`
+	// "buffered" (envoy/envoy.yaml) or "full_duplex" (FULL_DUPLEX_STREAMED,
+	// the GIE endpoint-picker setup).
+	BodyMode string `yaml:"body_mode" default:"buffered" check:"oneof=buffered|full_duplex"`
 	// MaxPromptBytes bounds what one request may have tokenized: a
 	// completion's prompt field, a chat request's body and its rendered
 	// prompt. Larger requests route by load (reason prompt_too_large).
@@ -208,7 +207,6 @@ type Routing struct {
 
 // Body modes for routing.body_mode.
 const (
-	BodyModeAuto       = "auto"
 	BodyModeBuffered   = "buffered"
 	BodyModeFullDuplex = "full_duplex"
 )

@@ -90,6 +90,7 @@ func TestErrorsNameTheKeyAndValue(t *testing.T) {
 	}{
 		{"unknown top-level key", "lisen: {}\n" + minimal, `lisen: unknown key`},
 		{"removed load_weight", "routing: {load_weight: 1}\n" + minimal, `routing.load_weight: unknown key`},
+		{"removed body_mode auto", "routing: {body_mode: auto}\n" + minimal, `routing.body_mode: "auto" is not one of buffered, full_duplex`},
 		{"unknown nested key", minimal + "    blok_size: 16\n", `pools[0].blok_size: unknown key`},
 		{"unknown replica key", strings.Replace(minimal, "name: vllm-0", "nmae: vllm-0", 1), `pools[0].replicas[0].nmae: unknown key`},
 		{"wrong type int", minimal + "    block_size: sixteen\n", `pools[0].block_size: "sixteen" is not a whole number`},

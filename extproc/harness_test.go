@@ -48,7 +48,7 @@ type harnessOptions struct {
 	debug     bool
 	scores    bool
 	bodyLimit int
-	bodyMode  string // "" auto, "default" the server's default
+	bodyMode  string // routing.body_mode; "" the server's default (buffered)
 	// limits and bytesInFlight go to RouterOptions; tokenizer replaces
 	// routetest.WordTokenizer; llamaPool adds a second pool "llama" (model llama3) of
 	// two replicas at 127.0.0.1:900{1,2}.
@@ -68,12 +68,6 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	if o.bodyLimit == 0 {
 		o.bodyLimit = 1 << 20
-	}
-	switch o.bodyMode {
-	case "":
-		o.bodyMode = "auto" // modes includes full duplex without protocol_config
-	case "default":
-		o.bodyMode = "" // what the server does when nothing is configured
 	}
 	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, now: time.Unix(1_767_225_600, 0)}
 	h.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: h.clock})
@@ -230,7 +224,6 @@ var modes = []struct {
 	cfg  fakeenvoy.Config
 }{
 	{"buffered", fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"}}},
-	{"buffered_inferred", fakeenvoy.Config{Mode: fakeenvoy.Buffered, ReceivingNamespaces: []string{"envoy.lb"}}},
+	{"buffered_without_protocol_config", fakeenvoy.Config{Mode: fakeenvoy.Buffered, ReceivingNamespaces: []string{"envoy.lb"}}},
 	{"full_duplex", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"}}},
-	{"full_duplex_inferred", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, ReceivingNamespaces: []string{"envoy.lb"}, End: fakeenvoy.EndCancel}},
 }
