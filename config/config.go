@@ -160,13 +160,6 @@ type Routing struct {
 	// waiting request this router did not route, until the engine's mean
 	// is learned from the same counters.
 	ForeignRequestTokens float64 `yaml:"foreign_request_tokens" default:"1024" check:"nonnegative" reload:"live"`
-	// ForeignRunningShare is the share of a foreign request's uncached
-	// prompt still to prefill charged for each running request the engine
-	// reports that this router did not route (0..1).
-	ForeignRunningShare float64 `yaml:"foreign_running_share" default:"0" check:"unit" reload:"live"`
-	// DecodeInterference is the seconds one decoding sequence on a replica
-	// adds to a new request's time to first token there.
-	DecodeInterference Duration `yaml:"decode_interference" default:"0ms" check:"nonnegative" reload:"live"`
 	// KVUsageCeiling: a replica whose KV-cache usage (0..1) is above it
 	// costs KVFullPenalty more. It never makes a replica ineligible.
 	KVUsageCeiling float64 `yaml:"kv_usage_ceiling" default:"0.98" check:"unitopen" reload:"live"`

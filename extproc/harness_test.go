@@ -110,7 +110,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.strictPlacement {
 		slack = 0
 	}
-	router, err := routing.NewRouter(h.ix, pools, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
+	router, err := routing.NewRouter(h.ix, pools, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.slack != nil {
 		slack = *o.slack
 	}
-	h.router, err = NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack})
+	h.router, err = NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,6 @@ func RouterOptions(r config.Routing) routing.RouterOptions {
 	return routing.RouterOptions{
 		PrefillTokensPerSecond: r.PrefillTokensPerSecond,
 		ForeignRequestTokens:   r.ForeignRequestTokens,
-		DecodeInterference:     r.DecodeInterference.Std().Seconds(),
-		ForeignRunningShare:    r.ForeignRunningShare,
 		KVUsageCeiling:         r.KVUsageCeiling,
 		KVFullPenalty:          r.KVFullPenalty.Std().Seconds(),
 		PlacementSlack:         r.PlacementSlack,
