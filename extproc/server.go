@@ -5,10 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -51,12 +48,6 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	m      *Metrics
-	// workers is the gRPC server's stream workers (NewGRPCServer sets
-	// it; 0: none) and open the streams being served: while open ≤ workers
-	// a stream most likely runs on a worker, whose stack is grown, and
-	// decides there instead of handing the decision to a decider.
-	workers int64
-	open    atomic.Int64
 }
 
 // Decider makes the routing decision for a stream and keeps its books
@@ -117,8 +108,6 @@ type stream struct {
 	closed   bool // an immediate response ended processing
 	routed   bool // a routing decision was sent
 	decision routing.Decision
-	job      decideJob
-	onWorker bool // probably on a gRPC stream worker (see Server.workers)
 }
 
 // Process serves one HTTP request's stream. It never returns before Envoy has
@@ -131,8 +120,6 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st.mode, st.modeSource = st.configured, ModeSourceConfigured
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
-	st.onWorker = s.open.Add(1) <= s.workers
-	defer s.open.Add(-1)
 	defer func() {
 		if st.routed {
 			s.router.End(&st.decision)
@@ -267,7 +254,7 @@ func (st *stream) onTrailers() (bool, error) {
 // headers response followed by the body streamed back.
 func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 	start := time.Now()
-	d := st.decideOnWarmStack(body)
+	d := st.decide(body)
 	st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
 	st.s.m.decision(d.Pool, d.Outcome, d.Reason)
 	if d.Endpoint == nil {
@@ -318,73 +305,6 @@ func (st *stream) sendDecision(resp *extprocv3.ProcessingResponse) error {
 	}
 	st.s.router.BeginBlocks(&st.decision)
 	return nil
-}
-
-// decideJob is one decision handed to a decider goroutine.
-type decideJob struct {
-	st       *stream
-	body     []byte
-	d        routing.Decision
-	panicked any // a panic that escaped decide's own recovery, re-raised by the stream
-	done     chan struct{}
-}
-
-// deciders are long-lived goroutines, one per P, that run decisions. A
-// decision (chat template, tokenizer) needs a stack of tens of kB; a stream
-// beyond the gRPC stream workers (or on a server without them) runs on a
-// goroutine new for every request, which would grow its 8 kB stack by
-// copying it several times (~10 % of the handler's CPU in
-// BenchmarkGRPCDecisions_2kChat before the workers). The pool is shared by every Server in the
-// process and never stops (its goroutines only wait on a channel).
-var deciders struct {
-	once sync.Once
-	jobs chan *decideJob
-}
-
-func startDeciders() {
-	deciders.jobs = make(chan *decideJob)
-	for range runtime.GOMAXPROCS(0) {
-		go func() {
-			for j := range deciders.jobs {
-				j.run()
-			}
-		}()
-	}
-}
-
-func (j *decideJob) run() {
-	defer func() {
-		j.panicked = recover()
-		j.done <- struct{}{}
-	}()
-	j.d = j.st.decide(j.body)
-}
-
-// decideOnWarmStack runs decide on the stream's own goroutine when that is
-// probably a gRPC stream worker, else on an idle decider, or on the stream's
-// goroutine when none is idle (a decision never waits for a decider).
-func (st *stream) decideOnWarmStack(body []byte) routing.Decision {
-	if st.onWorker {
-		return st.decide(body) // a worker's stack is warm: no hand-off
-	}
-	deciders.once.Do(startDeciders)
-	j := &st.job
-	if j.done == nil {
-		j.done = make(chan struct{})
-	}
-	j.st, j.body = st, body
-	select {
-	case deciders.jobs <- j:
-		<-j.done
-	default:
-		return st.decide(body)
-	}
-	d, p := j.d, j.panicked
-	*j = decideJob{done: j.done}
-	if p != nil {
-		panic(p)
-	}
-	return d
 }
 
 // decide runs the router's decision; a panic in it (a bug) is counted and

@@ -23,9 +23,8 @@ import (
 	"github.com/kvroute/kvroute/internal/routetest"
 )
 
-// The decider goroutines live for the process (see startDeciders).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/kvroute/kvroute/extproc.startDeciders.func1"))
+	goleak.VerifyTestMain(m)
 }
 
 const sharedPrefix = "You are a careful assistant. Answer in one short paragraph and cite the policy section when it applies to the question asked"
