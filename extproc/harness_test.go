@@ -36,8 +36,7 @@ type harness struct {
 	logs    *logbuf.Buffer
 	addr    string
 	client  extprocv3.ExternalProcessorClient
-	now     time.Time
-	nowMu   sync.Mutex
+	clk     *routetest.Clock
 	server  *Server
 	srvErrs *errCounter
 }
@@ -69,19 +68,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.bodyLimit == 0 {
 		o.bodyLimit = 1 << 20
 	}
-	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, now: time.Unix(1_767_225_600, 0)}
-	h.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: h.clock})
-	var err error
-	if h.pool, err = h.ix.AddPool("qwen"); err != nil {
-		t.Fatal(err)
-	}
-	for i, a := range o.addresses {
-		name := fmt.Sprintf("vllm-%d", i)
-		r, err := h.ix.AddReplica(h.pool, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.eps = append(h.eps, routing.Endpoint{Replica: r, Name: name, Address: a, DPSize: 1})
+	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, clk: routetest.NewClock()}
+	var rs []routetest.Replica
+	h.ix, h.pool, rs = routetest.NewPool(t, h.clock, o.addresses)
+	for _, r := range rs {
+		h.eps = append(h.eps, routing.Endpoint{Replica: r.Replica, Name: r.Name, Address: r.Address, DPSize: 1})
 	}
 	if o.tokenizer == nil {
 		o.tokenizer = routetest.WordTokenizer{}
@@ -172,30 +163,12 @@ func (c *errCounter) get() int {
 	return c.n
 }
 
-func (h *harness) clock() time.Time {
-	h.nowMu.Lock()
-	defer h.nowMu.Unlock()
-	return h.now
-}
-
-func (h *harness) advance(d time.Duration) {
-	h.nowMu.Lock()
-	h.now = h.now.Add(d)
-	h.nowMu.Unlock()
-}
+func (h *harness) clock() time.Time        { return h.clk.Now() }
+func (h *harness) advance(d time.Duration) { h.clk.Advance(d) }
 
 // keysOf computes a prompt's block keys as the router does (token keys).
 func (h *harness) keysOf(prompt string, rk blockhash.RequestKeys) []index.BlockKey {
-	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
-	raw, err := blockhash.AppendKeys(k, nil, k.Root(), routetest.WordTokenizer{}.Encode(prompt, true), rk)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	keys := make([]index.BlockKey, len(raw))
-	for i, v := range raw {
-		keys[i] = index.BlockKey(v)
-	}
-	return keys
+	return routetest.WordKeys(h.t, prompt, rk)
 }
 
 func (h *harness) do(cfg fakeenvoy.Config, req fakeenvoy.Request) fakeenvoy.Result {
