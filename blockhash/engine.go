@@ -162,17 +162,3 @@ func appendChain[T Token, H any](e *Engine, dst []H, tokens []T, rk RequestKeys,
 	}
 	return dst, nil
 }
-
-// CoarseView returns the hashes a KV-cache group with block size k*B publishes
-// for a chain hashed at block size B: the fine hash at the end of each coarse
-// block, fine[(j+1)*k-1] (vLLM PR #45939). A trailing partial coarse block is
-// dropped. It works on digests or 64-bit values alike.
-func CoarseView[H any](dst []H, fine []H, k int) []H {
-	if k <= 0 {
-		return dst
-	}
-	for j := k - 1; j < len(fine); j += k {
-		dst = append(dst, fine[j])
-	}
-	return dst
-}

@@ -203,9 +203,9 @@ func TestCoarseViewMatchesVLLM(t *testing.T) {
 			}
 		}
 		k := c.BlockSize / c.HashBlockSize
-		coarse := CoarseView(nil, fine, k)
+		coarse := coarseView(nil, fine, k)
 		keys, _ := AppendEventKeys(e, nil, toks, RequestKeys{})
-		coarseKeys := CoarseView(nil, keys, k)
+		coarseKeys := coarseView(nil, keys, k)
 		if len(coarse) != len(c.CoarseHex) || len(coarseKeys) != len(c.CoarseEventU64) {
 			t.Fatalf("%s: %d coarse, want %d", c.Algo, len(coarse), len(c.CoarseHex))
 		}
@@ -323,4 +323,18 @@ func TestSelfCheckCoarseView(t *testing.T) {
 			t.Errorf("%s coarse: %v (%s)", c.Algo, got, why)
 		}
 	}
+}
+
+// coarseView returns the hashes a KV-cache group with block size k*B publishes
+// for a chain hashed at block size B: the fine hash at the end of each coarse
+// block, fine[(j+1)*k-1] (vLLM PR #45939). A trailing partial coarse block is
+// dropped. It works on digests or 64-bit values alike.
+func coarseView[H any](dst []H, fine []H, k int) []H {
+	if k <= 0 {
+		return dst
+	}
+	for j := k - 1; j < len(fine); j += k {
+		dst = append(dst, fine[j])
+	}
+	return dst
 }

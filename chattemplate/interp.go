@@ -349,6 +349,22 @@ func (st *state) capture(body []node, sc *scope) (string, error) {
 	return b.String(), err
 }
 
+// captureFiltered renders body in a child scope of sc and passes its text
+// through filters in turn ({% set x | f %} and {% filter f %} blocks).
+func (st *state) captureFiltered(body []node, filters []*filterExpr, sc *scope) (Value, error) {
+	text, err := st.capture(body, &scope{parent: sc})
+	if err != nil {
+		return nil, err
+	}
+	var v Value = text
+	for _, f := range filters {
+		if v, err = st.applyFilter(f, v, sc); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
 func (st *state) lookup(name string, sc *scope) Value {
 	if v, ok := st.find(name, sc); ok {
 		return v
@@ -415,15 +431,9 @@ func (st *state) exec(n node, sc *scope) (ctl, error) {
 		}
 		return ctlNone, st.assign(n.target, v, sc)
 	case *setBlockNode:
-		text, err := st.capture(n.body, &scope{parent: sc})
+		v, err := st.captureFiltered(n.body, n.filters, sc)
 		if err != nil {
 			return ctlNone, err
-		}
-		var v Value = text
-		for _, f := range n.filters {
-			if v, err = st.applyFilter(f, v, sc); err != nil {
-				return ctlNone, err
-			}
 		}
 		return ctlNone, st.assign(n.target, v, sc)
 	case *macroNode:
@@ -437,15 +447,9 @@ func (st *state) exec(n node, sc *scope) (ctl, error) {
 		}
 		return ctlNone, st.write(strValue(v))
 	case *filterBlockNode:
-		text, err := st.capture(n.body, &scope{parent: sc})
+		v, err := st.captureFiltered(n.body, n.filters, sc)
 		if err != nil {
 			return ctlNone, err
-		}
-		var v Value = text
-		for _, f := range n.filters {
-			if v, err = st.applyFilter(f, v, sc); err != nil {
-				return ctlNone, err
-			}
 		}
 		return ctlNone, st.write(strValue(v))
 	case *withNode:

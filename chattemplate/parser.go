@@ -558,33 +558,11 @@ func (p *parser) parseExpression(condexpr bool) (expr, error) {
 }
 
 func (p *parser) parseOr() (expr, error) {
-	l, err := p.parseAnd()
-	if err != nil {
-		return nil, err
-	}
-	for p.skipName("or") {
-		r, err := p.parseAnd()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: "or", l: l, r: r}
-	}
-	return l, nil
+	return p.parseBinaryLevel(tName, []string{"or"}, p.parseAnd)
 }
 
 func (p *parser) parseAnd() (expr, error) {
-	l, err := p.parseNot()
-	if err != nil {
-		return nil, err
-	}
-	for p.skipName("and") {
-		r, err := p.parseNot()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: "and", l: l, r: r}
-	}
-	return l, nil
+	return p.parseBinaryLevel(tName, []string{"and"}, p.parseNot)
 }
 
 func (p *parser) parseNot() (expr, error) {
@@ -641,14 +619,16 @@ func (p *parser) parseCompare() (expr, error) {
 	return &compareExpr{first: first, ops: ops, rest: rest}, nil
 }
 
-func (p *parser) parseBinaryLevel(ops []string, next func() (expr, error)) (expr, error) {
+// parseBinaryLevel parses next (op next)*, left-associative, where op is a
+// token of kind (an operator, or a keyword such as or) among ops.
+func (p *parser) parseBinaryLevel(kind tokKind, ops []string, next func() (expr, error)) (expr, error) {
 	l, err := next()
 	if err != nil {
 		return nil, err
 	}
 	for {
 		t := p.cur()
-		if t.kind != tOp || !slices.Contains(ops, t.val) {
+		if t.kind != kind || !slices.Contains(ops, t.val) {
 			return l, nil
 		}
 		p.next()
@@ -661,19 +641,19 @@ func (p *parser) parseBinaryLevel(ops []string, next func() (expr, error)) (expr
 }
 
 func (p *parser) parseMath1() (expr, error) {
-	return p.parseBinaryLevel([]string{"+", "-"}, p.parseConcat)
+	return p.parseBinaryLevel(tOp, []string{"+", "-"}, p.parseConcat)
 }
 
 func (p *parser) parseConcat() (expr, error) {
-	return p.parseBinaryLevel([]string{"~"}, p.parseMath2)
+	return p.parseBinaryLevel(tOp, []string{"~"}, p.parseMath2)
 }
 
 func (p *parser) parseMath2() (expr, error) {
-	return p.parseBinaryLevel([]string{"*", "/", "//", "%"}, p.parsePow)
+	return p.parseBinaryLevel(tOp, []string{"*", "/", "//", "%"}, p.parsePow)
 }
 
 func (p *parser) parsePow() (expr, error) {
-	return p.parseBinaryLevel([]string{"**"}, func() (expr, error) { return p.parseUnary(true) })
+	return p.parseBinaryLevel(tOp, []string{"**"}, func() (expr, error) { return p.parseUnary(true) })
 }
 
 func (p *parser) parseUnary(withFilter bool) (expr, error) {

@@ -160,13 +160,6 @@ type Routing struct {
 	// waiting request this router did not route, until the engine's mean
 	// is learned from the same counters.
 	ForeignRequestTokens float64 `yaml:"foreign_request_tokens" default:"1024" check:"nonnegative" reload:"live"`
-	// ForeignRunningShare is the share of a foreign request's uncached
-	// prompt still to prefill charged for each running request the engine
-	// reports that this router did not route (0..1).
-	ForeignRunningShare float64 `yaml:"foreign_running_share" default:"0" check:"unit" reload:"live"`
-	// DecodeInterference is the seconds one decoding sequence on a replica
-	// adds to a new request's time to first token there.
-	DecodeInterference Duration `yaml:"decode_interference" default:"0ms" check:"nonnegative" reload:"live"`
 	// KVUsageCeiling: a replica whose KV-cache usage (0..1) is above it
 	// costs KVFullPenalty more. It never makes a replica ineligible.
 	KVUsageCeiling float64 `yaml:"kv_usage_ceiling" default:"0.98" check:"unitopen" reload:"live"`
@@ -188,10 +181,9 @@ type Routing struct {
 	ScoresHeader bool `yaml:"scores_header"`
 	// BodyMode is Envoy's ext_proc request_body_mode when Envoy sends no
 	// protocol_config (Envoy < 1.40; a protocol_config always wins):
-	// "buffered" (envoy/envoy.yaml), "full_duplex" (FULL_DUPLEX_STREAMED, the
-	// GIE endpoint-picker setup) or "auto" (infer from message timing: waits
-	// up to 10 ms per request and can guess wrong under load).
-	BodyMode string `yaml:"body_mode" default:"buffered" check:"oneof=auto|buffered|full_duplex"`
+	// "buffered" (envoy/envoy.yaml) or "full_duplex" (FULL_DUPLEX_STREAMED,
+	// the GIE endpoint-picker setup).
+	BodyMode string `yaml:"body_mode" default:"buffered" check:"oneof=buffered|full_duplex"`
 	// MaxPromptBytes bounds what one request may have tokenized: a
 	// completion's prompt field, a chat request's body and its rendered
 	// prompt. Larger requests route by load (reason prompt_too_large).
@@ -208,7 +200,6 @@ type Routing struct {
 
 // Body modes for routing.body_mode.
 const (
-	BodyModeAuto       = "auto"
 	BodyModeBuffered   = "buffered"
 	BodyModeFullDuplex = "full_duplex"
 )

@@ -44,7 +44,6 @@ func TestDefaultsAreAppliedOnce(t *testing.T) {
 		{"index.cpu_tier_weight", c.Index.CPUTierWeight, 0.5},
 		{"index.speculative_ttl", c.Index.SpeculativeTTL.Std(), 2 * time.Second},
 		{"routing.prefill_tokens_per_second", c.Routing.PrefillTokensPerSecond, 10000.0},
-		{"routing.decode_interference", c.Routing.DecodeInterference.Std(), time.Duration(0)},
 		{"routing.kv_full_penalty", c.Routing.KVFullPenalty.Std(), 500 * time.Millisecond},
 		{"routing.placement_slack", c.Routing.PlacementSlack, 0.2},
 		{"routing.fail_open", c.Routing.FailOpenEnabled(), true},
@@ -90,6 +89,9 @@ func TestErrorsNameTheKeyAndValue(t *testing.T) {
 	}{
 		{"unknown top-level key", "lisen: {}\n" + minimal, `lisen: unknown key`},
 		{"removed load_weight", "routing: {load_weight: 1}\n" + minimal, `routing.load_weight: unknown key`},
+		{"removed decode_interference", "routing: {decode_interference: 10ms}\n" + minimal, `routing.decode_interference: unknown key`},
+		{"removed foreign_running_share", "routing: {foreign_running_share: 0.5}\n" + minimal, `routing.foreign_running_share: unknown key`},
+		{"removed body_mode auto", "routing: {body_mode: auto}\n" + minimal, `routing.body_mode: "auto" is not one of buffered, full_duplex`},
 		{"unknown nested key", minimal + "    blok_size: 16\n", `pools[0].blok_size: unknown key`},
 		{"unknown replica key", strings.Replace(minimal, "name: vllm-0", "nmae: vllm-0", 1), `pools[0].replicas[0].nmae: unknown key`},
 		{"wrong type int", minimal + "    block_size: sixteen\n", `pools[0].block_size: "sixteen" is not a whole number`},

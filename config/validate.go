@@ -61,20 +61,26 @@ func (c *Config) validate(v *validator) {
 	}
 }
 
+// name checks the name of element i of list (pools, replicas) at key: given,
+// label-safe, and not already in seen (name → index), where it is added.
+func (v *validator) name(key, name string, seen map[string]int, i int, list string) {
+	switch {
+	case name == "":
+		v.fail(key, "is required")
+	case !isLabelSafe(name):
+		v.fail(key, "%q may hold only letters, digits and -_./:", name)
+	default:
+		if j, dup := seen[name]; dup {
+			v.fail(key, "%q is already the name of %s[%d]", name, list, j)
+		}
+		seen[name] = i
+	}
+}
+
 func (c *Config) validatePool(v *validator, i int, poolNames map[string]int, modelPool, topics map[string]string) {
 	p := &c.Pools[i]
 	at := func(key string) string { return fmt.Sprintf("pools[%d].%s", i, key) }
-	switch {
-	case p.Name == "":
-		v.fail(at("name"), "is required")
-	case !isLabelSafe(p.Name):
-		v.fail(at("name"), "%q may hold only letters, digits and -_./:", p.Name)
-	default:
-		if j, dup := poolNames[p.Name]; dup {
-			v.fail(at("name"), "%q is already the name of pools[%d]", p.Name, j)
-		}
-		poolNames[p.Name] = i
-	}
+	v.name(at("name"), p.Name, poolNames, i, "pools")
 	if len(p.Models) == 0 {
 		v.fail(at("models"), "at least one model name is needed")
 	}
@@ -137,17 +143,7 @@ func (v *validator) replicas(reps []Replica, bind bool, at func(j int, key strin
 	for j := range reps {
 		r := &reps[j]
 		rat := func(key string) string { return at(j, key) }
-		switch {
-		case r.Name == "":
-			v.fail(rat("name"), "is required")
-		case !isLabelSafe(r.Name):
-			v.fail(rat("name"), "%q may hold only letters, digits and -_./:", r.Name)
-		default:
-			if k, dup := replicaNames[r.Name]; dup {
-				v.fail(rat("name"), "%q is already the name of replicas[%d]", r.Name, k)
-			}
-			replicaNames[r.Name] = j
-		}
+		v.name(rat("name"), r.Name, replicaNames, j, "replicas")
 		if ap, err := netip.ParseAddrPort(r.Address); err != nil || ap.Port() == 0 {
 			v.fail(rat("address"), "%q is not ip:port", r.Address)
 		} else {

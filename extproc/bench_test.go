@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,7 +75,7 @@ func newChatWorkload(b *testing.B, tokens int) *chatWorkload {
 		eps = append(eps, routing.Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
 	}
 	router, err := routing.NewRouter(w.ix, []routing.PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: routetest.TemplateChat{CT: ct},
-		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: true})
+		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -229,38 +228,6 @@ func BenchmarkGRPCDecisions_2kChatInterleaved(b *testing.B) {
 			b.ReportMetric(nopRate, "nop-decisions/s")
 			b.ReportMetric(kvRate, "kvroute-decisions/s")
 			b.ReportMetric(100*kvRate/nopRate, "%-of-nop")
-		})
-	}
-}
-
-// BenchmarkGRPCBufferedWithoutProtocolConfig is one stream of BUFFERED
-// exchanges (2k-token chat) from an Envoy that sends no protocol_config
-// (< 1.40), with routing.body_mode at its default (buffered) and at auto,
-// which waits up to ModeInferenceWindow for a body chunk that never comes
-// before it answers the headers. Reports the exchange's p50.
-func BenchmarkGRPCBufferedWithoutProtocolConfig(b *testing.B) {
-	w := newChatWorkload(b, 2000)
-	for _, mode := range []string{"default", "auto"} {
-		b.Run("body_mode="+mode, func(b *testing.B) {
-			opts := Options{BodyLimitBytes: 8 << 20, Metrics: NewMetrics(nil)}
-			if mode == "auto" {
-				opts.BodyMode = mode
-			}
-			g, _ := NewGRPCServer(NewServer(w.router, opts), nil)
-			client := benchServe(b, g)
-			var lat []time.Duration
-			var body []byte // built before the clock starts; gRPC has copied it once Do returns
-			for i := 0; b.Loop(); i++ {
-				body = w.AppendBody(body[:0], i)
-				t0 := time.Now()
-				res, err := fakeenvoy.Do(context.Background(), client, fakeenvoy.Config{Mode: fakeenvoy.Buffered}, fakeenvoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: body})
-				if err != nil || res.Headers[HeaderDestination] == "" {
-					b.Fatalf("exchange: %v", err)
-				}
-				lat = append(lat, time.Since(t0))
-			}
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		})
 	}
 }

@@ -60,7 +60,6 @@ const (
 const (
 	ModeSourceProtocolConfig = "protocol_config" // Envoy ≥ 1.40 said so
 	ModeSourceConfigured     = "configured"      // routing.body_mode
-	ModeSourceInferred       = "inferred"        // body_mode auto, no protocol_config: message timing
 
 	modeLabelBuffered   = "buffered"
 	modeLabelFullDuplex = "full_duplex"

@@ -73,7 +73,7 @@ func (f *fakeDecider) counts() (recovered, begun, blocks, end int) {
 // returns a client of it.
 func serveDecider(t *testing.T, dec Decider) extprocv3.ExternalProcessorClient {
 	t.Helper()
-	s := NewServer(dec, Options{BodyLimitBytes: 1 << 20, BodyMode: "auto", Metrics: NewMetrics(nil)})
+	s := NewServer(dec, Options{BodyLimitBytes: 1 << 20, Metrics: NewMetrics(nil)})
 	g, _ := NewGRPCServer(s, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -32,7 +32,6 @@ const streamWorkers = 128
 // The health server starts NOT_SERVING for readiness; see WatchReadiness.
 func NewGRPCServer(s *Server, tlsConf *tls.Config) (*grpc.Server, *health.Server) {
 	g := grpc.NewServer(serverOptions(s, tlsConf)...)
-	s.workers = streamWorkers
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)

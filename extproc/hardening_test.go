@@ -295,7 +295,7 @@ func TestRequestsOverTheLimitsRouteByLoadUntokenized(t *testing.T) {
 // Envoy's protocol_config, when sent, wins over routing.body_mode (a
 // contradiction is counted as a misfit instead of breaking the stream).
 func TestBodyModeDefaultAndProtocolConfig(t *testing.T) {
-	h := newHarness(t, harnessOptions{bodyMode: "default"})
+	h := newHarness(t, harnessOptions{})
 	res := h.do(fakeenvoy.Config{Mode: fakeenvoy.Buffered}, completion(sharedPrefix))
 	if res.Status != 0 || res.Headers[HeaderDestination] == "" {
 		t.Fatalf("default mode, buffered Envoy without protocol_config: status %d", res.Status)
@@ -311,7 +311,7 @@ func TestBodyModeDefaultAndProtocolConfig(t *testing.T) {
 		envoy      fakeenvoy.Config
 	}{
 		{"buffered", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, SendProtocolConfig: true}},
-		{"default", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, SendProtocolConfig: true}},
+		{"", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, SendProtocolConfig: true}},
 		{"full_duplex", fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true}},
 	} {
 		h := newHarness(t, harnessOptions{bodyMode: c.configured})
@@ -330,7 +330,7 @@ func TestBodyModeDefaultAndProtocolConfig(t *testing.T) {
 // buffered default gets its decision on the first chunk; the next chunk is
 // counted as a misfit, and the stream is still answered, not hung.
 func TestStreamedBodyAfterBufferedDecisionIsAMisfit(t *testing.T) {
-	h := newHarness(t, harnessOptions{bodyMode: "default", failOpen: true})
+	h := newHarness(t, harnessOptions{failOpen: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := h.client.Process(ctx)

@@ -36,8 +36,7 @@ type harness struct {
 	logs    *logbuf.Buffer
 	addr    string
 	client  extprocv3.ExternalProcessorClient
-	now     time.Time
-	nowMu   sync.Mutex
+	clk     *routetest.Clock
 	server  *Server
 	srvErrs *errCounter
 }
@@ -48,7 +47,7 @@ type harnessOptions struct {
 	debug     bool
 	scores    bool
 	bodyLimit int
-	bodyMode  string // "" auto, "default" the server's default
+	bodyMode  string // routing.body_mode; "" the server's default (buffered)
 	// limits and bytesInFlight go to RouterOptions; tokenizer replaces
 	// routetest.WordTokenizer; llamaPool adds a second pool "llama" (model llama3) of
 	// two replicas at 127.0.0.1:900{1,2}.
@@ -69,25 +68,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.bodyLimit == 0 {
 		o.bodyLimit = 1 << 20
 	}
-	switch o.bodyMode {
-	case "":
-		o.bodyMode = "auto" // modes includes full duplex without protocol_config
-	case "default":
-		o.bodyMode = "" // what the server does when nothing is configured
-	}
-	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, now: time.Unix(1_767_225_600, 0)}
-	h.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: h.clock})
-	var err error
-	if h.pool, err = h.ix.AddPool("qwen"); err != nil {
-		t.Fatal(err)
-	}
-	for i, a := range o.addresses {
-		name := fmt.Sprintf("vllm-%d", i)
-		r, err := h.ix.AddReplica(h.pool, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.eps = append(h.eps, routing.Endpoint{Replica: r, Name: name, Address: a, DPSize: 1})
+	h := &harness{t: t, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, clk: routetest.NewClock()}
+	var rs []routetest.Replica
+	h.ix, h.pool, rs = routetest.NewPool(t, h.clock, o.addresses)
+	for _, r := range rs {
+		h.eps = append(h.eps, routing.Endpoint{Replica: r.Replica, Name: r.Name, Address: r.Address, DPSize: 1})
 	}
 	if o.tokenizer == nil {
 		o.tokenizer = routetest.WordTokenizer{}
@@ -116,7 +101,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.strictPlacement {
 		slack = 0
 	}
-	router, err := routing.NewRouter(h.ix, pools, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
+	router, err := routing.NewRouter(h.ix, pools, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,30 +163,12 @@ func (c *errCounter) get() int {
 	return c.n
 }
 
-func (h *harness) clock() time.Time {
-	h.nowMu.Lock()
-	defer h.nowMu.Unlock()
-	return h.now
-}
-
-func (h *harness) advance(d time.Duration) {
-	h.nowMu.Lock()
-	h.now = h.now.Add(d)
-	h.nowMu.Unlock()
-}
+func (h *harness) clock() time.Time        { return h.clk.Now() }
+func (h *harness) advance(d time.Duration) { h.clk.Advance(d) }
 
 // keysOf computes a prompt's block keys as the router does (token keys).
 func (h *harness) keysOf(prompt string, rk blockhash.RequestKeys) []index.BlockKey {
-	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
-	raw, err := blockhash.AppendKeys(k, nil, k.Root(), routetest.WordTokenizer{}.Encode(prompt, true), rk)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	keys := make([]index.BlockKey, len(raw))
-	for i, v := range raw {
-		keys[i] = index.BlockKey(v)
-	}
-	return keys
+	return routetest.WordKeys(h.t, prompt, rk)
 }
 
 func (h *harness) do(cfg fakeenvoy.Config, req fakeenvoy.Request) fakeenvoy.Result {
@@ -230,7 +197,6 @@ var modes = []struct {
 	cfg  fakeenvoy.Config
 }{
 	{"buffered", fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"}}},
-	{"buffered_inferred", fakeenvoy.Config{Mode: fakeenvoy.Buffered, ReceivingNamespaces: []string{"envoy.lb"}}},
+	{"buffered_without_protocol_config", fakeenvoy.Config{Mode: fakeenvoy.Buffered, ReceivingNamespaces: []string{"envoy.lb"}}},
 	{"full_duplex", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"}}},
-	{"full_duplex_inferred", fakeenvoy.Config{Mode: fakeenvoy.FullDuplex, ReceivingNamespaces: []string{"envoy.lb"}, End: fakeenvoy.EndCancel}},
 }

@@ -20,7 +20,6 @@ type Metrics struct {
 // Panic components of kvroute_panics_total this package recovers.
 const (
 	panicGRPC   = "extproc_grpc"   // a gRPC handler (recovery interceptor)
-	panicRecv   = "extproc_recv"   // a stream's receive goroutine
 	panicDecide = "extproc_decide" // the routing decision (routed by load)
 )
 

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -36,21 +33,13 @@ type Options struct {
 	// Tracer, when set, records every decision as a span tree joined to the
 	// request's traceparent (nil: tracing off, nothing recorded).
 	Tracer trace.Tracer
-	// BodyMode is config.Routing.BodyMode: "buffered" (or empty),
-	// "full_duplex" or "auto". Envoy's protocol_config, when it sends one,
-	// overrides it for that stream.
+	// BodyMode is config.Routing.BodyMode: "buffered" (or empty) or
+	// "full_duplex". Envoy's protocol_config, when it sends one, overrides
+	// it for that stream.
 	BodyMode string
-	// ModeInferenceWindow is how long body_mode auto waits, when Envoy sends
-	// no protocol_config (Envoy < 1.40), for a body chunk that would reveal
-	// FULL_DUPLEX_STREAMED before answering the headers as BUFFERED.
-	ModeInferenceWindow time.Duration
-	Logger              *slog.Logger
-	Metrics             *Metrics
+	Logger   *slog.Logger
+	Metrics  *Metrics
 }
-
-// DefaultModeInferenceWindow is the default Options.ModeInferenceWindow
-// (body_mode auto only).
-const DefaultModeInferenceWindow = 10 * time.Millisecond
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
 type Server struct {
@@ -59,12 +48,6 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	m      *Metrics
-	// workers is the gRPC server's stream workers (NewGRPCServer sets
-	// it; 0: none) and open the streams being served: while open ≤ workers
-	// a stream most likely runs on a worker, whose stack is grown, and
-	// decides there instead of handing the decision to a decider.
-	workers int64
-	open    atomic.Int64
 }
 
 // Decider makes the routing decision for a stream and keeps its books
@@ -94,17 +77,13 @@ func NewServer(router Decider, opts Options) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	if opts.ModeInferenceWindow == 0 {
-		opts.ModeInferenceWindow = DefaultModeInferenceWindow
-	}
 	return &Server{router: router, opts: opts, log: opts.Logger, m: opts.Metrics}
 }
 
 type bodyMode uint8
 
 const (
-	modeUnknown bodyMode = iota
-	modeBuffered
+	modeBuffered bodyMode = iota
 	modeFullDuplex
 )
 
@@ -112,10 +91,9 @@ const (
 type stream struct {
 	s    *Server
 	srv  extprocv3.ExternalProcessor_ProcessServer
-	recv chan recvResult
 	mode bodyMode
-	// configured is the mode routing.body_mode fixes (modeUnknown: auto);
-	// modeSource says what settled mode.
+	// configured is the mode routing.body_mode fixes; modeSource says what
+	// settled mode.
 	configured bodyMode
 	modeSource string
 	headers    *extprocv3.HttpHeaders
@@ -128,33 +106,20 @@ type stream struct {
 	body     []byte
 	answered bool // the headers response has been sent
 	closed   bool // an immediate response ended processing
-	pending  *recvResult
 	routed   bool // a routing decision was sent
 	decision routing.Decision
-	job      decideJob
-	onWorker bool // probably on a gRPC stream worker (see Server.workers)
-}
-
-type recvResult struct {
-	req *extprocv3.ProcessingRequest
-	err error
 }
 
 // Process serves one HTTP request's stream. It never returns before Envoy has
 // the answer it waits for; io.EOF and Canceled from Envoy end it quietly.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st := &stream{s: s, srv: srv}
-	switch s.opts.BodyMode {
-	case "", "buffered":
-		st.configured = modeBuffered
-	case "full_duplex":
+	if s.opts.BodyMode == "full_duplex" {
 		st.configured = modeFullDuplex
 	}
 	st.mode, st.modeSource = st.configured, ModeSourceConfigured
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
-	st.onWorker = s.open.Add(1) <= s.workers
-	defer s.open.Add(-1)
 	defer func() {
 		if st.routed {
 			s.router.End(&st.decision)
@@ -162,15 +127,15 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	}()
 	ctx := srv.Context()
 	for {
-		r := st.next(ctx)
-		if r.err != nil {
-			if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled || ctx.Err() != nil {
+		req, err := srv.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || ctx.Err() != nil {
 				return nil
 			}
-			s.log.Warn("ext_proc stream receive failed", "request_id", st.reqID, "err", r.err)
-			return r.err
+			s.log.Warn("ext_proc stream receive failed", "request_id", st.reqID, "err", err)
+			return err
 		}
-		done, err := st.handle(ctx, r.req)
+		done, err := st.handle(req)
 		if err != nil {
 			if status.Code(err) == codes.Canceled || ctx.Err() != nil {
 				return nil
@@ -185,59 +150,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	}
 }
 
-// next returns the stream's next message: on the handler's own goroutine
-// until mode inference needs a receive that can time out, and from the
-// receive goroutine that inference starts after that. Receiving directly
-// saves a goroutine and two hand-offs per message (BUFFERED exchanges with
-// protocol_config never start it).
-func (st *stream) next(ctx context.Context) recvResult {
-	switch {
-	case st.pending != nil:
-		r := *st.pending
-		st.pending = nil
-		return r
-	case st.recv != nil:
-		select {
-		case r := <-st.recv:
-			return r
-		case <-ctx.Done():
-			return recvResult{err: ctx.Err()}
-		}
-	}
-	req, err := st.srv.Recv()
-	return recvResult{req, err}
-}
-
-// startRecv starts the goroutine that receives into st.recv until the
-// stream ends; every later message comes through it.
-func (st *stream) startRecv(ctx context.Context) {
-	if st.recv != nil {
-		return
-	}
-	st.recv = make(chan recvResult, 1)
-	s := st.s
-	go func() {
-		defer s.m.panics.Recover(panicRecv, s.log, func(err error) {
-			select {
-			case st.recv <- recvResult{err: status.Error(codes.Internal, err.Error())}:
-			case <-ctx.Done():
-			}
-		})
-		for {
-			req, err := st.srv.Recv()
-			select {
-			case st.recv <- recvResult{req, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-}
-
-func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) (bool, error) {
+func (st *stream) handle(req *extprocv3.ProcessingRequest) (bool, error) {
 	if st.closed {
 		return true, nil
 	}
@@ -247,7 +160,7 @@ func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) 
 		if pc.GetRequestBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 			st.mode = modeFullDuplex
 		}
-		if st.configured != modeUnknown && st.configured != st.mode {
+		if st.configured != st.mode {
 			st.s.m.modeMisfits.WithLabelValues(MisfitConfigContradicted).Inc()
 		}
 	}
@@ -256,7 +169,7 @@ func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) 
 	}
 	switch v := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return st.onHeaders(ctx, v.RequestHeaders)
+		return st.onHeaders(v.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return st.onBody(v.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
@@ -272,7 +185,7 @@ func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) 
 	}
 }
 
-func (st *stream) onHeaders(ctx context.Context, h *extprocv3.HttpHeaders) (bool, error) {
+func (st *stream) onHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 	st.headers = h
 	st.path = headerValue(h, headerPath)
 	st.reqID = headerValue(h, HeaderRequestID)
@@ -283,9 +196,6 @@ func (st *stream) onHeaders(ctx context.Context, h *extprocv3.HttpHeaders) (bool
 	if h.GetEndOfStream() {
 		// No body will follow (e.g. GET /v1/models): route right here.
 		return st.route(nil, false, true)
-	}
-	if st.mode == modeUnknown {
-		st.mode, st.modeSource = st.inferMode(ctx), ModeSourceInferred
 	}
 	st.s.m.bodyModes.WithLabelValues(st.modeSource, st.mode.label()).Inc()
 	if st.mode == modeFullDuplex {
@@ -300,27 +210,6 @@ func (m bodyMode) label() string {
 		return modeLabelFullDuplex
 	}
 	return modeLabelBuffered
-}
-
-// inferMode tells FULL_DUPLEX_STREAMED (Envoy sends body chunks without
-// waiting for the headers answer) from BUFFERED (it waits) when Envoy sent
-// no protocol_config: a body chunk arriving within the window means the former.
-func (st *stream) inferMode(ctx context.Context) bodyMode {
-	st.startRecv(ctx)
-	t := time.NewTimer(st.s.opts.ModeInferenceWindow)
-	defer t.Stop()
-	select {
-	case r := <-st.recv:
-		st.pending = &r // the main loop handles it next
-		if r.err == nil && r.req.GetRequestBody() != nil {
-			return modeFullDuplex
-		}
-		return modeBuffered
-	case <-t.C:
-		return modeBuffered
-	case <-ctx.Done():
-		return modeBuffered
-	}
 }
 
 func (st *stream) onBody(b *extprocv3.HttpBody) (bool, error) {
@@ -365,7 +254,7 @@ func (st *stream) onTrailers() (bool, error) {
 // headers response followed by the body streamed back.
 func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 	start := time.Now()
-	d := st.decideOnWarmStack(body)
+	d := st.decide(body)
 	st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
 	st.s.m.decision(d.Pool, d.Outcome, d.Reason)
 	if d.Endpoint == nil {
@@ -416,73 +305,6 @@ func (st *stream) sendDecision(resp *extprocv3.ProcessingResponse) error {
 	}
 	st.s.router.BeginBlocks(&st.decision)
 	return nil
-}
-
-// decideJob is one decision handed to a decider goroutine.
-type decideJob struct {
-	st       *stream
-	body     []byte
-	d        routing.Decision
-	panicked any // a panic that escaped decide's own recovery, re-raised by the stream
-	done     chan struct{}
-}
-
-// deciders are long-lived goroutines, one per P, that run decisions. A
-// decision (chat template, tokenizer) needs a stack of tens of kB; a stream
-// beyond the gRPC stream workers (or on a server without them) runs on a
-// goroutine new for every request, which would grow its 8 kB stack by
-// copying it several times (~10 % of the handler's CPU in
-// BenchmarkGRPCDecisions_2kChat before the workers). The pool is shared by every Server in the
-// process and never stops (its goroutines only wait on a channel).
-var deciders struct {
-	once sync.Once
-	jobs chan *decideJob
-}
-
-func startDeciders() {
-	deciders.jobs = make(chan *decideJob)
-	for range runtime.GOMAXPROCS(0) {
-		go func() {
-			for j := range deciders.jobs {
-				j.run()
-			}
-		}()
-	}
-}
-
-func (j *decideJob) run() {
-	defer func() {
-		j.panicked = recover()
-		j.done <- struct{}{}
-	}()
-	j.d = j.st.decide(j.body)
-}
-
-// decideOnWarmStack runs decide on the stream's own goroutine when that is
-// probably a gRPC stream worker, else on an idle decider, or on the stream's
-// goroutine when none is idle (a decision never waits for a decider).
-func (st *stream) decideOnWarmStack(body []byte) routing.Decision {
-	if st.onWorker {
-		return st.decide(body) // a worker's stack is warm: no hand-off
-	}
-	deciders.once.Do(startDeciders)
-	j := &st.job
-	if j.done == nil {
-		j.done = make(chan struct{})
-	}
-	j.st, j.body = st, body
-	select {
-	case deciders.jobs <- j:
-		<-j.done
-	default:
-		return st.decide(body)
-	}
-	d, p := j.d, j.panicked
-	*j = decideJob{done: j.done}
-	if p != nil {
-		panic(p)
-	}
-	return d
 }
 
 // decide runs the router's decision; a panic in it (a bug) is counted and

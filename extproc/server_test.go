@@ -23,9 +23,8 @@ import (
 	"github.com/kvroute/kvroute/internal/routetest"
 )
 
-// The decider goroutines live for the process (see startDeciders).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/kvroute/kvroute/extproc.startDeciders.func1"))
+	goleak.VerifyTestMain(m)
 }
 
 const sharedPrefix = "You are a careful assistant. Answer in one short paragraph and cite the policy section when it applies to the question asked"
@@ -237,7 +236,7 @@ func TestTiesSpreadAcrossReplicas(t *testing.T) {
 func TestNewPrefixesGoToTheLeastLoaded(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	h.ix.Store(h.eps[1].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
-	h.ix.SetLoad(h.eps[0].Replica, index.Load{Running: 3}, h.clock())
+	h.ix.SetLoad(h.eps[0].Replica, index.Load{Running: 1, Waiting: 2}, h.clock())
 	h.ix.SetLoad(h.eps[2].Replica, index.Load{Running: 2, Waiting: 1}, h.clock())
 	for i := 0; i < 10; i++ {
 		res := h.do(modes[0].cfg, completion(fmt.Sprintf("fresh prompt %d", i)))

@@ -289,11 +289,19 @@ func (ix *Index) Replicas(pool PoolID) []ReplicaState {
 }
 
 func (ix *Index) replicaState(r Replica) *replicaState {
-	p := ix.pool(r.Pool)
-	if p == nil {
-		return nil
+	_, rs := ix.liveReplica(r)
+	return rs
+}
+
+// liveReplica is r's pool and state when r names the current replica of a
+// known pool, else nils.
+func (ix *Index) liveReplica(r Replica) (*pool, *replicaState) {
+	if p := ix.pool(r.Pool); p != nil {
+		if rs := p.live(r); rs != nil {
+			return p, rs
+		}
 	}
-	return p.live(r)
+	return nil, nil
 }
 
 func (rs *replicaState) snapshot(r Replica, now time.Time, defaultRate float64) ReplicaState {

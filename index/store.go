@@ -143,12 +143,8 @@ func (p *pool) live(r Replica) *replicaState {
 // Store records that r holds keys in tier and refreshes their freshness.
 // Storing what is already stored only refreshes it.
 func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
-	p := ix.pool(r.Pool)
-	if p == nil || len(keys) == 0 {
-		return
-	}
-	rs := p.live(r)
-	if rs == nil {
+	p, rs := ix.liveReplica(r)
+	if rs == nil || len(keys) == 0 {
 		return
 	}
 	bit := uint64(1) << r.ID
@@ -232,12 +228,8 @@ func (ix *Index) commitStore(p *pool, rs *replicaState, added, newBlocks *int64)
 // Remove records that r no longer holds keys in tier. Removing what is not
 // held does nothing.
 func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
-	p := ix.pool(r.Pool)
-	if p == nil || len(keys) == 0 {
-		return
-	}
-	rs := p.live(r)
-	if rs == nil {
+	p, rs := ix.liveReplica(r)
+	if rs == nil || len(keys) == 0 {
 		return
 	}
 	bit := uint64(1) << r.ID

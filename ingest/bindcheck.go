@@ -95,18 +95,13 @@ func (rs *rankState) confirmRestart(ctx context.Context, seq uint64) bool {
 	confirmed := false
 	switch {
 	case rs.replay == "":
-		confirmed = s.haveBack && seq == s.back+1
-		s.back, s.haveBack = seq, !confirmed
+		confirmed = s.backContinued(seq)
 	case rs.mayCheck(seq):
 		top, any := uint64(0), false
 		err := rs.mgr.fetchReplay(ctx, rs.replay, seq, func(q uint64, _ []byte) {
 			top, any = max(top, q), true
 		})
-		seen := s.last
-		if s.haveLive {
-			seen = max(seen, s.live)
-		}
-		confirmed = err == nil && any && top < seen
+		confirmed = err == nil && any && top < s.seen()
 	default:
 		return false // counted by mayCheck
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute/internal/zmtpcap"
+	"github.com/kvroute/kvroute/internal/zmtptest"
 )
 
 // TestClosedSocketLeavesNoReaderBehind: every socket kind ingest opens, on
@@ -92,9 +93,9 @@ func TestClosedSocketLeavesNoReaderBehind(t *testing.T) {
 func flood(n int) []byte {
 	var out []byte
 	for seq := range uint64(n) {
-		out = append(out, zmtpFrame(zmtpFlagMore, []byte("topic"))...)
-		out = append(out, zmtpFrame(zmtpFlagMore, binary.BigEndian.AppendUint64(nil, seq))...)
-		out = append(out, zmtpFrame(0, []byte("payload"))...)
+		out = append(out, zmtptest.Frame(zmtpcap.FlagMore, []byte("topic"))...)
+		out = append(out, zmtptest.Frame(zmtpcap.FlagMore, binary.BigEndian.AppendUint64(nil, seq))...)
+		out = append(out, zmtptest.Frame(0, []byte("payload"))...)
 	}
 	return out
 }

@@ -62,25 +62,6 @@ type liveBatch struct {
 	payload []byte
 }
 
-// seqState tracks one publisher's sequence numbers (vllm/distributed/kv_events.py: 0,1,2…
-// per publisher, reset by a restart).
-type seqState struct {
-	have        bool   // last is valid
-	last        uint64 // last applied seq
-	haveLive    bool   // live is valid (reset on every new connection)
-	live        uint64 // last seq seen live on the current connection
-	haveReplay  bool
-	replayStart uint64 // start of the last replay: live seqs in [replayStart, replayEnd] are duplicates
-	replayEnd   uint64 // highest seq the last replay delivered
-	haveJump    bool
-	jump        uint64 // an unconfirmed huge jump (no replay): taken if the next batch continues it
-	haveBack    bool
-	back        uint64 // bind mode, no replay: an unconfirmed backwards seq, a restart if the next batch continues it
-	haveTopic   bool
-	topic       string
-	initialDone bool // the first-contact replay was tried
-}
-
 // enqueue hands a live message to the applier without ever blocking: a full
 // queue (ingest.queue_size batches, or maxQueuedBytes of payload) drops it,
 // counts it, and leaves the gap for replay to fill.
@@ -177,11 +158,7 @@ func (rs *rankState) onConnect(ctx context.Context) bool {
 		return false
 	}
 	rs.seq.initialDone = true
-	start := uint64(0)
-	if rs.seq.have {
-		start = rs.seq.last + 1
-	}
-	ok, _ := rs.replayFrom(ctx, start, 0)
+	ok, _ := rs.replayFrom(ctx, rs.seq.resumeFrom(), 0)
 	return ok
 }
 
@@ -200,17 +177,11 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 		s.initialDone = true
 		rs.replayFrom(ctx, 0, 0)
 	}
-	switch {
-	case s.haveLive && b.seq <= s.live:
-		if !rs.confirmRestart(ctx, b.seq) {
-			return
-		}
-		rs.restart(ctx, b.seq)
-	case s.have && b.seq <= s.last:
-		if s.haveReplay && b.seq >= s.replayStart && b.seq <= s.replayEnd {
-			s.live, s.haveLive = b.seq, true
-			return // already applied by a replay
-		}
+	switch s.order(b.seq) {
+	case liveReplayed:
+		s.seenLive(b.seq)
+		return // already applied by a replay
+	case liveBehind:
 		if !rs.confirmRestart(ctx, b.seq) {
 			return
 		}
@@ -218,8 +189,8 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 	default:
 		s.haveBack = false
 	}
-	if s.have && b.seq <= s.last {
-		s.live, s.haveLive = b.seq, true
+	if s.applied(b.seq) {
+		s.seenLive(b.seq)
 		return // the restart's replay covered it
 	}
 	if !s.have && b.seq > 0 && rs.replay != "" {
@@ -229,12 +200,12 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 			return
 		}
 		rs.replayFrom(ctx, 0, b.seq)
-		if s.have && b.seq <= s.last {
-			s.live, s.haveLive = b.seq, true
+		if s.applied(b.seq) {
+			s.seenLive(b.seq)
 			return
 		}
 	}
-	if s.have && b.seq > s.last+1 {
+	if s.gapBefore(b.seq) {
 		rs.met.gaps.Inc()
 		rs.st.update(func(st *rankStatus) { st.Gaps++ })
 		verified := false
@@ -243,8 +214,8 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 				return
 			}
 			ok, end := rs.replayFrom(ctx, s.last+1, b.seq)
-			if b.seq <= s.last {
-				s.live, s.haveLive = b.seq, true
+			if s.applied(b.seq) {
+				s.seenLive(b.seq)
 				return
 			}
 			// The engine buffers a batch before a replay can be served, so a
@@ -255,27 +226,20 @@ func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 			}
 			verified = ok
 		}
-		if !verified && b.seq-s.last > maxSeqJump {
-			// Nothing to check it against: believe a huge jump only when the
-			// next batch continues it.
-			if !s.haveJump || b.seq != s.jump+1 {
-				s.jump, s.haveJump = b.seq, true
-				rs.implausibleJump(b.seq, "larger than the plausible jump and not confirmed")
-				return
-			}
+		// Nothing to check it against: believe a huge jump only when the
+		// next batch continues it.
+		if !verified && !s.takeUnverifiedJump(b.seq) {
+			rs.implausibleJump(b.seq, "larger than the plausible jump and not confirmed")
+			return
 		}
-		if b.seq > s.last+1 {
+		if s.gapBefore(b.seq) {
 			rs.st.update(func(st *rankStatus) { st.Partial = true })
 		}
 	}
 	s.haveJump = false
-	s.live, s.haveLive = b.seq, true
+	s.seenLive(b.seq)
 	rs.applyPayload(b.seq, b.payload, false)
 }
-
-// maxSeqJump is the largest forward sequence jump taken on trust when no
-// replay can confirm it: ~2.8 hours of batches at 100 per second.
-const maxSeqJump = 1 << 20
 
 // implausibleJump drops a live batch whose seq jumps ahead of anything the
 // engine can have published: applying it would make every later real batch
@@ -314,41 +278,15 @@ func (rs *rankState) clear() {
 // ok reports a complete replay (end marker received); end is the highest
 // seq it delivered (start-1 when none).
 func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) (ok bool, end uint64) {
-	s := &rs.seq
 	rs.met.replayReq.Inc()
-	s.haveReplay = false
-	end = start - 1
-	partial, n, jumps := false, 0, 0
+	run := rs.seq.beginReplay(start)
 	err := rs.mgr.fetchReplay(ctx, rs.replay, start, func(seq uint64, payload []byte) {
-		if n == 0 && seq != start {
-			partial = true // the buffer no longer holds start
+		if run.next(seq) {
+			rs.applyPayload(seq, payload, true)
 		}
-		// The engine's buffer is contiguous: within one reply, a seq that
-		// does not follow the last one is not a batch the engine published
-		// in turn. Applying it would make every later real batch look
-		// already applied; it is skipped and counted, as a live jump is.
-		if n > 0 && seq != end+1 || n == 0 && seq > start && seq-start > maxSeqJump {
-			jumps++
-			partial = true
-			return
-		}
-		n++
-		if seq > end || n == 1 {
-			end = seq
-		}
-		// Live seqs in [start, end] are now duplicates.
-		s.replayStart, s.replayEnd, s.haveReplay = start, end, true
-		if s.have && seq <= s.last {
-			return
-		}
-		if s.have && seq > s.last+1 {
-			partial = true
-		}
-		rs.applyPayload(seq, payload, true)
 	})
-	if n == 0 && expectUpTo > start {
-		partial = true
-	}
+	run.done(expectUpTo)
+	end, partial, jumps := run.end, run.partial, run.jumps
 	if jumps > 0 {
 		rs.met.replayJumps.Add(float64(jumps))
 		rs.st.update(func(st *rankStatus) { st.SeqJumps += int64(jumps) })
@@ -381,8 +319,7 @@ func (rs *rankState) applyPayload(seq uint64, payload []byte, replayed bool) {
 	if h := rs.mgr.tuning.beforeApply; h != nil {
 		h()
 	}
-	s := &rs.seq
-	s.last, s.have = seq, true
+	rs.seq.apply(seq)
 	rs.met.lastSeq.Set(float64(seq))
 	now := rs.mgr.now()
 	defer rs.trimBuffers()

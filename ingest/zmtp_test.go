@@ -17,42 +17,8 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/internal/zmtpcap"
+	"github.com/kvroute/kvroute/internal/zmtptest"
 )
-
-// ZMTP 3 framing (RFC 23 §"Framing"), as a test peer writes it: a 64-byte
-// greeting, then frames of [flags][size: 1 byte, or 8 bytes big-endian when
-// flags&long][body].
-const (
-	zmtpGreetingLen = 64
-	zmtpFlagMore    = 0x01
-	zmtpFlagLong    = 0x02
-	zmtpFlagCommand = 0x04
-)
-
-// zmtpGreeting is a ZMTP 3.0 greeting with the NULL mechanism.
-func zmtpGreeting() []byte {
-	g := make([]byte, zmtpGreetingLen)
-	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
-	copy(g[12:], "NULL")
-	return g
-}
-
-// zmtpFrame encodes one frame with the given flags (the long flag is set
-// when the body needs it).
-func zmtpFrame(flags byte, body []byte) []byte {
-	if len(body) > 255 {
-		return append(binary.BigEndian.AppendUint64([]byte{flags | zmtpFlagLong}, uint64(len(body))), body...)
-	}
-	return append([]byte{flags, byte(len(body))}, body...)
-}
-
-// zmtpReady is a READY command announcing socketType.
-func zmtpReady(socketType string) []byte {
-	body := []byte("\x05READY\x0bSocket-Type")
-	body = binary.BigEndian.AppendUint32(body, uint32(len(socketType)))
-	body = append(body, socketType...)
-	return zmtpFrame(zmtpFlagCommand, body)
-}
 
 // rawHandshake plays a ZMTP peer of socketType over c: greeting and READY
 // both ways, as zmq4 and libzmq do.
@@ -67,15 +33,15 @@ func rawHandshake(t *testing.T, c net.Conn, socketType string) {
 // (kvroute closing a reconnect attempt while a test ends).
 func tryHandshake(c net.Conn, socketType string) error {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(append(zmtpGreeting(), zmtpReady(socketType)...)); err != nil {
+	if _, err := c.Write(append(zmtptest.Greeting(), zmtptest.Ready(socketType)...)); err != nil {
 		return err
 	}
-	var g [zmtpGreetingLen]byte
+	var g [zmtpcap.GreetingLen]byte
 	if _, err := io.ReadFull(c, g[:]); err != nil {
 		return fmt.Errorf("greeting: %w", err)
 	}
 	var hdr [2]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil || hdr[0] != zmtpFlagCommand {
+	if _, err := io.ReadFull(c, hdr[:]); err != nil || hdr[0] != zmtpcap.FlagCommand {
 		return fmt.Errorf("READY header % x: %v", hdr, err)
 	}
 	if _, err := io.ReadFull(c, make([]byte, hdr[1])); err != nil {
@@ -88,7 +54,7 @@ func tryHandshake(c net.Conn, socketType string) error {
 // waits for kvroute to close the connection.
 func sendHugeHeader(t *testing.T, c net.Conn, size uint64) {
 	t.Helper()
-	if _, err := c.Write(binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, size)); err != nil {
+	if _, err := c.Write(binary.BigEndian.AppendUint64([]byte{zmtpcap.FlagLong}, size)); err != nil {
 		t.Fatal(err)
 	}
 	waitHungUp(t, c)
@@ -162,7 +128,7 @@ func rawServer(t *testing.T, socketType string, size uint64) string {
 		if err := tryHandshake(c, socketType); err != nil {
 			return // a dial kvroute gave up on; the next one comes
 		}
-		_, _ = c.Write(binary.BigEndian.AppendUint64([]byte{zmtpFlagLong}, size))
+		_, _ = c.Write(binary.BigEndian.AppendUint64([]byte{zmtpcap.FlagLong}, size))
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		_, _ = io.Copy(io.Discard, c)
 	})
@@ -227,9 +193,9 @@ func TestOversizeFrameOnConnectedSubscriberAndReplayIsRefused(t *testing.T) {
 // follows, and a value length cut off after two bytes. zmq4 v0.17.0 sliced
 // past the frame on each (third_party/zmq4/KVROUTE.md).
 var malformedReadys = [][]byte{
-	zmtpFrame(zmtpFlagCommand, []byte("\x05READY\x01a")),
-	zmtpFrame(zmtpFlagCommand, []byte("\x05READY\x02a")),
-	zmtpFrame(zmtpFlagCommand, []byte("\x05READY\x0bSocket-Type\x00\x00")),
+	zmtptest.Frame(zmtpcap.FlagCommand, []byte("\x05READY\x01a")),
+	zmtptest.Frame(zmtpcap.FlagCommand, []byte("\x05READY\x02a")),
+	zmtptest.Frame(zmtpcap.FlagCommand, []byte("\x05READY\x0bSocket-Type\x00\x00")),
 }
 
 // TestMalformedReadyIsRefused: a peer on ingest.bind and an engine kvroute
@@ -256,7 +222,7 @@ func TestMalformedReadyIsRefused(t *testing.T) {
 	h := start(t, cfg)
 	for _, ready := range malformedReadys {
 		c := dialBound(t, bind)
-		if _, err := c.Write(append(zmtpGreeting(), ready...)); err != nil {
+		if _, err := c.Write(append(zmtptest.Greeting(), ready...)); err != nil {
 			t.Fatal(err)
 		}
 		waitHungUp(t, c)
@@ -318,7 +284,7 @@ func peerServer(t *testing.T, ready []byte) (endpoint string, hungUp <-chan stru
 	return acceptLoop(t, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 		if ready != nil {
-			_, _ = c.Write(append(zmtpGreeting(), ready...))
+			_, _ = c.Write(append(zmtptest.Greeting(), ready...))
 		}
 		if _, err := io.Copy(io.Discard, c); err == nil {
 			select {

@@ -5,14 +5,13 @@ import (
 	"math"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/routetest"
 )
 
-var costOpts = RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1000, DecodeInterference: 0.002,
+var costOpts = RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1000,
 	KVUsageCeiling: 0.9, KVFullPenalty: 0.5, PlacementSlack: 0.5}
 
 func TestCostIsSecondsToFirstToken(t *testing.T) {
@@ -28,12 +27,12 @@ func TestCostIsSecondsToFirstToken(t *testing.T) {
 		{"idle, own prefill only", index.ReplicaState{}, 10000, 5000, 0.5},
 		{"learned rate doubles speed", index.ReplicaState{}, 20000, 5000, 0.25},
 		{"own queued prefill ahead", index.ReplicaState{PendingTokens: 10000}, 10000, 5000, 1.5},
-		{"own in flight decoding", index.ReplicaState{InFlight: 4}, 10000, 0, 0.008},
+		{"own in flight without queued prefill costs nothing", index.ReplicaState{InFlight: 4}, 10000, 0, 0},
 		{"foreign waiting at the configured size", index.ReplicaState{Load: index.Load{Waiting: 3}}, 10000, 0, 0.3},
 		{"foreign waiting at the learned mean", index.ReplicaState{Load: index.Load{Waiting: 3}, MeanPromptTokens: 2000}, 10000, 0, 0.6},
 		{"scraped queue that is our own is not counted twice",
-			index.ReplicaState{Load: index.Load{Running: 2, Waiting: 1}, InFlight: 3, InFlightAtLoad: 3}, 10000, 0, 0.006},
-		{"foreign running decode", index.ReplicaState{Load: index.Load{Running: 5}}, 10000, 0, 0.010},
+			index.ReplicaState{Load: index.Load{Running: 2, Waiting: 1}, InFlight: 3, InFlightAtLoad: 3}, 10000, 0, 0},
+		{"foreign running costs nothing", index.ReplicaState{Load: index.Load{Running: 5}}, 10000, 0, 0},
 		{"full KV costs a penalty", index.ReplicaState{Load: index.Load{KVUsage: 0.95}}, 10000, 1000, 0.6},
 		{"KV at the ceiling costs nothing", index.ReplicaState{Load: index.Load{KVUsage: 0.9}}, 10000, 1000, 0.1},
 		{"negative uncached is none", index.ReplicaState{}, 10000, -50, 0},
@@ -247,46 +246,6 @@ func TestDecideIDsIsDecide(t *testing.T) {
 	}
 	if d := h.router.DecideIDs("nope", ids); d.Outcome != OutcomeRejected || d.Status != 404 {
 		t.Fatalf("unknown model: %+v", d)
-	}
-}
-
-// TestForeignRunningShareDrainsSinceTheScrape: with foreign_running_share,
-// each running request another router sent costs that share of the mean
-// uncached prompt as queued prefill, drained at the prefill rate since the
-// scrape that saw it; at 0 (the default) running foreign requests cost no
-// prefill, as before.
-func TestForeignRunningShareDrainsSinceTheScrape(t *testing.T) {
-	r := &Router{}
-	opts := costOpts
-	opts.DecodeInterference = 0
-	scrape := time.Unix(100, 0)
-	// 3 running, 1 of them this router's: 2 foreign, mean 2,000 tokens.
-	st := index.ReplicaState{Load: index.Load{Running: 3}, InFlight: 1, InFlightAtLoad: 1, MeanPromptTokens: 2000, LoadAt: scrape}
-	for _, c := range []struct {
-		share float64
-		age   time.Duration
-		want  float64 // seconds at 10,000 tokens/s, no uncached tokens of its own
-	}{
-		{0, 0, 0},
-		{0.5, 0, 0.2},                      // 2 × 2,000 × 0.5 = 2,000 tokens
-		{0.5, 50 * time.Millisecond, 0.15}, // 500 tokens drained
-		{0.5, 500 * time.Millisecond, 0},   // all of it
-		{1, 100 * time.Millisecond, 0.3},   // 4,000 − 1,000
-	} {
-		opts.ForeignRunningShare = c.share
-		r.SetOptions(opts)
-		s := st
-		s.At = scrape.Add(c.age)
-		if got := r.cost(&candidate{state: s, rate: 10000}, 0); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("share %g, scrape %v old: cost %g s, want %g s", c.share, c.age, got, c.want)
-		}
-	}
-	// Waiting foreign requests are not drained: whole until the next scrape.
-	opts.ForeignRunningShare = 0.5
-	r.SetOptions(opts)
-	w := index.ReplicaState{Load: index.Load{Waiting: 1}, MeanPromptTokens: 2000, LoadAt: scrape, At: scrape.Add(time.Second)}
-	if got := r.cost(&candidate{state: w, rate: 10000}, 0); math.Abs(got-0.2) > 1e-9 {
-		t.Errorf("foreign waiting request: cost %g s, want 0.2 s", got)
 	}
 }
 

@@ -30,7 +30,7 @@ func newChatWorkload(b *testing.B, tokens int) *chatWorkload {
 		eps = append(eps, Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
 	}
 	router, err := NewRouter(ix, []PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: routetest.TemplateChat{CT: ct},
-		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: true})
+		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: true})
 	if err != nil {
 		b.Fatal(err)
 	}

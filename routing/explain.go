@@ -220,7 +220,7 @@ func (rec *Recorder) weigh(r *Router, c *candidate, held index.Match, uncached, 
 		return
 	}
 	e := &rec.cands[c.slot]
-	queued := r.queued(&c.state, c.rate)
+	queued := r.queued(&c.state)
 	e.Weighed = true
 	e.MatchedBlocks, e.GPUBlocks, e.CPUBlocks = held.Blocks, held.GPUBlocks, held.Blocks-held.GPUBlocks
 	e.WeightedBlocks = Figure(held.Weighted)

@@ -146,7 +146,7 @@ func FuzzExplain(f *testing.F) {
 	r, err := NewRouter(ix, []PoolConfig{{
 		Name: "qwen", ID: pid, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
 		Tokenizer: routetest.WordTokenizer{}, Chat: routetest.LineChat{}, Keys: routetest.PoolKeys(f, "qwen", testBlockSize), Endpoints: eps,
-	}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, PlacementSlack: 0.5, FailOpen: true})
+	}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, PlacementSlack: 0.5, FailOpen: true})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package routing
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,8 +24,7 @@ type harness struct {
 	pool   index.PoolID
 	eps    []Endpoint
 	router *Router
-	now    time.Time
-	nowMu  sync.Mutex
+	clk    *routetest.Clock
 }
 
 type harnessOptions struct {
@@ -37,19 +35,11 @@ type harnessOptions struct {
 
 func newHarness(t *testing.T, o harnessOptions) *harness {
 	t.Helper()
-	h := &harness{t: t, now: time.Unix(1_767_225_600, 0)}
-	h.ix = index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: h.clock})
-	var err error
-	if h.pool, err = h.ix.AddPool("qwen"); err != nil {
-		t.Fatal(err)
-	}
-	for i, a := range []string{"127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"} {
-		name := fmt.Sprintf("vllm-%d", i)
-		r, err := h.ix.AddReplica(h.pool, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.eps = append(h.eps, Endpoint{Replica: r, Name: name, Address: a, DPSize: 1})
+	h := &harness{t: t, clk: routetest.NewClock()}
+	var rs []routetest.Replica
+	h.ix, h.pool, rs = routetest.NewPool(t, h.clock, []string{"127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"})
+	for _, r := range rs {
+		h.eps = append(h.eps, Endpoint{Replica: r.Replica, Name: r.Name, Address: r.Address, DPSize: 1})
 	}
 	pools := []PoolConfig{{
 		Name: "qwen", ID: h.pool, Models: []string{"qwen3"}, LoRAAdapters: []string{"sql-lora"},
@@ -60,31 +50,19 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.slack != nil {
 		slack = *o.slack
 	}
-	h.router, err = NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.002, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack})
+	var err error
+	h.router, err = NewRouter(h.ix, pools, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return h
 }
 
-func (h *harness) clock() time.Time {
-	h.nowMu.Lock()
-	defer h.nowMu.Unlock()
-	return h.now
-}
+func (h *harness) clock() time.Time { return h.clk.Now() }
 
 // keysOf computes a prompt's block keys as the router does (token keys).
 func (h *harness) keysOf(prompt string, rk blockhash.RequestKeys) []index.BlockKey {
-	k, _ := blockhash.NewTokenKeyer("qwen", testBlockSize)
-	raw, err := blockhash.AppendKeys(k, nil, k.Root(), routetest.WordTokenizer{}.Encode(prompt, true), rk)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	keys := make([]index.BlockKey, len(raw))
-	for i, v := range raw {
-		keys[i] = index.BlockKey(v)
-	}
-	return keys
+	return routetest.WordKeys(h.t, prompt, rk)
 }
 
 // route decides a /v1/completions body and keeps the books as the ext_proc

@@ -65,7 +65,7 @@ func memoryRouter(b *testing.B, lim Limits, inFlight int64) *Router {
 		eps = append(eps, Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
 	}
 	router, err := NewRouter(ix, []PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: routetest.TemplateChat{CT: ct},
-		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, DecodeInterference: 0.025, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, FailOpen: true, Limits: lim, MaxBytesInFlight: inFlight})
+		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, FailOpen: true, Limits: lim, MaxBytesInFlight: inFlight})
 	if err != nil {
 		b.Fatal(err)
 	}

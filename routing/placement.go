@@ -84,13 +84,13 @@ func (r *Router) byLoad(p *pool, subset map[string]bool, reason string, cause er
 }
 
 func (r *Router) place(p *pool, subset map[string]bool, reason string, cause error, keys []index.BlockKey, promptTokens int, rec *Recorder) Decision {
-	var buf [64]candidate
+	var buf [index.MaxReplicas]candidate
 	cands := r.eligible(p, subset, buf[:0], rec)
 	d := Decision{Pool: poolName(p), Outcome: OutcomeLoad, Reason: reason, Err: cause, Keys: keys, PromptTokens: promptTokens}
 	if len(cands) == 0 {
 		return r.noEligible(d)
 	}
-	var costs, uncachedBuf [64]float64
+	var costs, uncachedBuf [index.MaxReplicas]float64
 	cs, uncached := costs[:0], uncachedBuf[:0]
 	best, ties := 0, 0
 	for i := range cands {
@@ -185,14 +185,14 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	if len(matches) == 0 {
 		return r.place(p, subset, ReasonNoHit, nil, keys, promptTokens, rec)
 	}
-	var buf [64]candidate
+	var buf [index.MaxReplicas]candidate
 	cands := r.eligible(p, subset, buf[:0], rec)
 	d := Decision{Pool: p.Name, Keys: keys, PromptTokens: promptTokens, Outcome: OutcomePrefix, Reason: ReasonHit}
 	if len(cands) == 0 {
 		return r.noEligible(d)
 	}
-	var costBuf, uncachedBuf [64]float64
-	var matchBuf [64]int
+	var costBuf, uncachedBuf [index.MaxReplicas]float64
+	var matchBuf [index.MaxReplicas]int
 	costs, uncachedAll, matched := costBuf[:0], uncachedBuf[:0], matchBuf[:0]
 	best, ties := 0, 0
 	for i := range cands {

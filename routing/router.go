@@ -75,13 +75,6 @@ type RouterOptions struct {
 	// ForeignRequestTokens is the uncached prompt assumed for a waiting
 	// request this router did not send, until the engine's mean is learned.
 	ForeignRequestTokens float64
-	// ForeignRunningShare is the share of the mean uncached prompt charged
-	// for each running request this router did not send (still prefilling,
-	// as far as the last scrape can tell).
-	ForeignRunningShare float64
-	// DecodeInterference is the seconds one decoding sequence adds to a
-	// prefill on the same replica.
-	DecodeInterference float64
 	// KVUsageCeiling: above it a replica costs KVFullPenalty more seconds.
 	KVUsageCeiling float64
 	KVFullPenalty  float64

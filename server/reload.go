@@ -38,12 +38,10 @@ type reloadMetrics struct {
 	info        *prometheus.GaugeVec
 }
 
-// NewReloadMetrics registers the config-reload series (New does; the
-// dashboard test walks them).
-func NewReloadMetrics(reg prometheus.Registerer) { newReloadMetrics(reg) }
-
-func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
-	m := &reloadMetrics{
+// NewReloadMetrics registers the config-reload series with reg, every
+// result of kvroute_config_reloads_total at 0.
+func NewReloadMetrics(reg prometheus.Registerer) (reloads *prometheus.CounterVec, lastSuccess prometheus.Gauge, info *prometheus.GaugeVec) {
+	m := reloadMetrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_config_reloads_total",
 			Help: "Config reloads (file change or SIGHUP) by result: applied, unchanged, invalid (the file does not validate), restart_required (a key that changes only with a restart)."},
 			[]string{"result"}),
@@ -56,6 +54,12 @@ func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
 	for _, r := range []string{reloadApplied, reloadUnchanged, reloadInvalid, reloadRestartRequired} {
 		m.reloads.WithLabelValues(r)
 	}
+	return m.reloads, m.lastSuccess, m.info
+}
+
+func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
+	m := &reloadMetrics{}
+	m.reloads, m.lastSuccess, m.info = NewReloadMetrics(reg)
 	return m
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/routing"
 )
@@ -43,8 +44,6 @@ func RouterOptions(r config.Routing) routing.RouterOptions {
 	return routing.RouterOptions{
 		PrefillTokensPerSecond: r.PrefillTokensPerSecond,
 		ForeignRequestTokens:   r.ForeignRequestTokens,
-		DecodeInterference:     r.DecodeInterference.Std().Seconds(),
-		ForeignRunningShare:    r.ForeignRunningShare,
 		KVUsageCeiling:         r.KVUsageCeiling,
 		KVFullPenalty:          r.KVFullPenalty.Std().Seconds(),
 		PlacementSlack:         r.PlacementSlack,
@@ -55,6 +54,19 @@ func RouterOptions(r config.Routing) routing.RouterOptions {
 			MaxMessages:     r.MaxMessages,
 		},
 		MaxBytesInFlight: int64(r.MaxDecideBytesInFlight),
+	}
+}
+
+// extprocOptions maps the routing settings that belong to Envoy's stream
+// (not the decision) onto the ext_proc server's options; they change only
+// with a restart. Every routing setting reaches RouterOptions or this
+// (TestEveryRoutingSettingIsMapped).
+func extprocOptions(r config.Routing) extproc.Options {
+	return extproc.Options{
+		BodyLimitBytes: r.BodyLimitBytes,
+		DebugHeaders:   r.DebugHeaders,
+		ScoresHeader:   r.ScoresHeader,
+		BodyMode:       r.BodyMode,
 	}
 }
 

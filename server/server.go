@@ -158,15 +158,9 @@ func New(opts Options) (*Server, error) {
 		log.Info("tracing decisions over OTLP", "endpoint", cfg.Tracing.Endpoint, "protocol", cfg.Tracing.Protocol,
 			"sample_ratio", cfg.Tracing.SampleRatio)
 	}
-	ep := extproc.NewServer(router, extproc.Options{
-		Tracer:         tracer,
-		BodyLimitBytes: cfg.Routing.BodyLimitBytes,
-		DebugHeaders:   cfg.Routing.DebugHeaders,
-		ScoresHeader:   cfg.Routing.ScoresHeader,
-		BodyMode:       cfg.Routing.BodyMode,
-		Logger:         log,
-		Metrics:        extproc.NewMetrics(reg),
-	})
+	epOpts := extprocOptions(cfg.Routing)
+	epOpts.Tracer, epOpts.Logger, epOpts.Metrics = tracer, log, extproc.NewMetrics(reg)
+	ep := extproc.NewServer(router, epOpts)
 	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router,
 		fleet: newFleet(lay, reg), reload: newReloadMetrics(reg), bind: cfg.Ingest.Bind != "", baseDir: opts.BaseDir,
 		stopTracing: stopTracing}

@@ -90,13 +90,13 @@ func TestRunWritesTableAndChart(t *testing.T) {
 // its argument name in the help ("-bin make build"); each flag line names
 // the flag and at most one argument.
 func TestFlagHelpHasNoStrayText(t *testing.T) {
-	for _, sc := range subcommands {
-		_, _, errs := runCmd(t, sc.name, "--help")
+	for _, sc := range program.Commands {
+		_, _, errs := runCmd(t, sc.Name, "--help")
 		for _, line := range strings.Split(errs, "\n") {
 			// flag.PrintDefaults' lines ("  -name arg"); a hand-written
 			// usage line ("  --quick   text") is not one.
 			if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") && len(strings.Fields(line)) > 2 {
-				t.Errorf("%s --help: %q", sc.name, line)
+				t.Errorf("%s --help: %q", sc.Name, line)
 			}
 		}
 	}

@@ -5,14 +5,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/kvroute/kvroute/cmd/kvroute/internal/sighup"
+	"github.com/kvroute/kvroute/internal/subcmd"
 )
 
 // stdio carries a subcommand's standard streams so tests can drive it.
@@ -21,28 +20,22 @@ type stdio struct {
 	out, err io.Writer
 }
 
-// subcommand is one `kvroute NAME ...` entry. run returns errUsage for bad
-// flags (exit 2) and any other error for a failure (exit 1).
-type subcommand struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string, io stdio) error
-}
-
-// subcommands is the table `kvroute help` prints, in that order.
-var subcommands = []subcommand{
-	{"serve", "run the ext_proc server (the default): --config FILE", runServe},
-	{"validate-config", "check a YAML config: validate-config FILE", runValidateConfig},
-	{"hash", "print vLLM block hashes of token ids on stdin: hash --algo A --seed S --block-size N", runHash},
-	{"chat-template", "render a chat template with a JSON context on stdin: chat-template render --template-file F [--now RFC3339]", runChatTemplate},
-	{"tokenize", "print the token ids of text on stdin: tokenize --tokenizer DIR [--no-special-tokens] [--jsonl | --chat]", runTokenize},
-	{"events", "print an engine's KV events as JSON: events tail --events ADDR [--replay ADDR] [--count N | --for D]; a raw payload on stdin: events decode [--hex] [--pretty]", runEvents},
-	{"status", "show every pool and replica of a running kvroute: health, parity checks, prompt-token funnel: status --admin ADDR [--json]", runStatus},
-	{"explain", "show the replica a running kvroute would pick for a request, and why: explain --admin ADDR --path P --body FILE [--json]", runExplain},
-}
+// program is kvroute's subcommands, in the order `kvroute help` prints them.
+// A command returns errUsage for bad flags (exit 2) and any other error for
+// a failure (exit 1).
+var program = &subcmd.Program[stdio]{Name: "kvroute", Usage: "usage: kvroute [COMMAND] [FLAGS]\n\ncommands:", NameWidth: 22, Commands: []subcmd.Command[stdio]{
+	{Name: "serve", Summary: "run the ext_proc server (the default): --config FILE", Run: runServe},
+	{Name: "validate-config", Summary: "check a YAML config: validate-config FILE", Run: runValidateConfig},
+	{Name: "hash", Summary: "print vLLM block hashes of token ids on stdin: hash --algo A --seed S --block-size N", Run: runHash},
+	{Name: "chat-template", Summary: "render a chat template with a JSON context on stdin: chat-template render --template-file F [--now RFC3339]", Run: runChatTemplate},
+	{Name: "tokenize", Summary: "print the token ids of text on stdin: tokenize --tokenizer DIR [--no-special-tokens] [--jsonl | --chat]", Run: runTokenize},
+	{Name: "events", Summary: "print an engine's KV events as JSON: events tail --events ADDR [--replay ADDR] [--count N | --for D]; a raw payload on stdin: events decode [--hex] [--pretty]", Run: runEvents},
+	{Name: "status", Summary: "show every pool and replica of a running kvroute: health, parity checks, prompt-token funnel: status --admin ADDR [--json]", Run: runStatus},
+	{Name: "explain", Summary: "show the replica a running kvroute would pick for a request, and why: explain --admin ADDR --path P --body FILE [--json]", Run: runExplain},
+}}
 
 // errUsage marks an error already explained to the user by a flag set.
-var errUsage = errors.New("usage")
+var errUsage = subcmd.ErrUsage
 
 func main() {
 	if name, _ := commandOf(os.Args[1:]); name != "serve" {
@@ -64,36 +57,10 @@ func commandOf(args []string) (name string, rest []string) {
 }
 
 func run(ctx context.Context, args []string, io stdio) int {
-	var name string
 	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
-		printHelp(io.out)
-		return 0
+		program.PrintHelp(io.out)
+		return subcmd.ExitOK
 	}
-	name, args = commandOf(args)
-	for _, sc := range subcommands {
-		if sc.name != name {
-			continue
-		}
-		err := sc.run(ctx, args, io)
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, errUsage):
-			return 2
-		default:
-			fmt.Fprintf(io.err, "kvroute %s: %v\n", name, err)
-			return 1
-		}
-	}
-	fmt.Fprintf(io.err, "kvroute: unknown command %q\n\n", name)
-	printHelp(io.err)
-	return 2
-}
-
-func printHelp(w io.Writer) {
-	fmt.Fprintln(w, "usage: kvroute [COMMAND] [FLAGS]")
-	fmt.Fprintln(w, "\ncommands:")
-	for _, sc := range subcommands {
-		fmt.Fprintf(w, "  %-22s %s\n", sc.name, sc.summary)
-	}
+	name, args := commandOf(args)
+	return program.Run(ctx, name, args, io, io.err)
 }

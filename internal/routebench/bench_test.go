@@ -113,12 +113,12 @@ func TestKVRouteConfigParses(t *testing.T) {
 		}
 	}
 	// --routing merges with the debug headers the benchmark always asks for.
-	c.DebugHeaders, c.Routing = true, "{placement_slack: 0.5, decode_interference: 5ms}"
+	c.DebugHeaders, c.Routing = true, "{placement_slack: 0.5, kv_full_penalty: 5ms}"
 	cfg, err := config.Parse([]byte(c.YAML()))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, c.YAML())
 	}
-	if !cfg.Routing.DebugHeaders || cfg.Routing.PlacementSlack != 0.5 || cfg.Routing.DecodeInterference.Std() != 5*time.Millisecond {
+	if !cfg.Routing.DebugHeaders || cfg.Routing.PlacementSlack != 0.5 || cfg.Routing.KVFullPenalty.Std() != 5*time.Millisecond {
 		t.Fatalf("routing not applied: %+v\n%s", cfg.Routing, c.YAML())
 	}
 }

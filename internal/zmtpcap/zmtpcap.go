@@ -209,13 +209,14 @@ func (r Refusal) Error() string {
 	return fmt.Sprintf("%s: frame of %d bytes, message of %d bytes, limit %d", r.Reason, r.FrameBytes, r.MessageBytes, r.LimitBytes)
 }
 
-// ZMTP 3 framing (RFC 23 §"Framing"): a 64-byte greeting, then frames of
-// [flags][size: 1 byte, or 8 bytes big-endian when flags&long][body].
+// ZMTP 3 framing (RFC 23 §"Framing"): a GreetingLen-byte greeting, then
+// frames of [flags][size: 1 byte, or 8 bytes big-endian when flags&FlagLong]
+// [body]. internal/zmtptest writes it for tests.
 const (
-	zmtpGreetingLen = 64
-	zmtpFlagMore    = 0x01
-	zmtpFlagLong    = 0x02
-	zmtpFlagCommand = 0x04
+	GreetingLen = 64
+	FlagMore    = 0x01
+	FlagLong    = 0x02
+	FlagCommand = 0x04
 )
 
 // zmtpScanner follows the ZMTP byte stream one read at a time and refuses a
@@ -238,8 +239,8 @@ type zmtpScanner struct {
 func (s *zmtpScanner) scan(b []byte) error {
 	for len(b) > 0 {
 		switch {
-		case s.greeting < zmtpGreetingLen:
-			n := min(zmtpGreetingLen-s.greeting, len(b))
+		case s.greeting < GreetingLen:
+			n := min(GreetingLen-s.greeting, len(b))
 			s.greeting += n
 			b = b[n:]
 		case s.body > 0:
@@ -249,14 +250,14 @@ func (s *zmtpScanner) scan(b []byte) error {
 			}
 			s.body -= n
 			b = b[n:]
-			if s.body == 0 && s.flags&zmtpFlagCommand != 0 {
+			if s.body == 0 && s.flags&FlagCommand != 0 {
 				s.commandSeen = true
 			}
 		case !s.inHeader:
 			s.flags = b[0]
 			b = b[1:]
 			s.inHeader, s.sizeHave, s.sizeWant = true, 0, 1
-			if s.flags&zmtpFlagLong != 0 {
+			if s.flags&FlagLong != 0 {
 				s.sizeWant = 8
 			}
 		default:
@@ -284,7 +285,7 @@ func (s *zmtpScanner) frame() error {
 	if size > s.maxMessageBytes {
 		return Refusal{Reason: ReasonFrame, FrameBytes: size, MessageBytes: satAdd(s.message, size), LimitBytes: s.maxMessageBytes}
 	}
-	if s.flags&zmtpFlagCommand != 0 {
+	if s.flags&FlagCommand != 0 {
 		s.body = size // commands are single frames, counted on their own
 		s.commandSeen = s.commandSeen || size == 0
 		return nil
@@ -294,7 +295,7 @@ func (s *zmtpScanner) frame() error {
 		return Refusal{Reason: ReasonMessage, FrameBytes: size, MessageBytes: msg, LimitBytes: s.maxMessageBytes}
 	}
 	s.message = msg
-	if s.flags&zmtpFlagMore == 0 {
+	if s.flags&FlagMore == 0 {
 		s.message = 0
 	}
 	s.body = size
