@@ -279,7 +279,7 @@ func (rec *Recorder) Scores() string {
 // calls.
 func (r *Router) Explain(path string, body []byte) Explanation {
 	rec := &Recorder{explain: true}
-	d := r.decide(path, body, nil, rec)
+	d := r.DecideRecorded(path, body, nil, rec)
 	x := Explanation{
 		Pool: d.Pool, PromptTokens: max(d.PromptTokens, rec.promptTokens), PromptBlocks: len(d.Keys), BlockSize: rec.blockSize,
 		Candidates: rec.cands, MatchedTokens: d.MatchedTokens, Outcome: d.Outcome, Reason: d.Reason,
