@@ -155,6 +155,8 @@ type Router struct {
 	sharer atomic.Pointer[Sharer]
 	// funnel, when set, counts where routed prompt tokens went (SetFunnel).
 	funnel atomic.Pointer[Funnel]
+	// flow, when set, is woken when capacity may have freed (NewFlowControl).
+	flow atomic.Pointer[FlowControl]
 }
 
 type modelRef struct {
@@ -230,7 +232,11 @@ func (r *Router) SetOptions(opts RouterOptions) { r.opts.Store(&opts) }
 // list they read. Addresses must be ip:port.
 func (r *Router) SetEndpoints(pool string, eps []Endpoint) error {
 	if p := r.poolNamed(pool); p != nil {
-		return p.setEndpoints(eps)
+		err := p.setEndpoints(eps)
+		if fc := r.flow.Load(); fc != nil {
+			fc.wake(pool)
+		}
+		return err
 	}
 	return fmt.Errorf("router: unknown pool %s", pool)
 }
