@@ -44,8 +44,11 @@ type Options struct {
 	// no protocol_config (Envoy < 1.40), for a body chunk that would reveal
 	// FULL_DUPLEX_STREAMED before answering the headers as BUFFERED.
 	ModeInferenceWindow time.Duration
-	Logger              *slog.Logger
-	Metrics             *Metrics
+	// Flow, when set, is flow control: while it is enabled, a request whose
+	// pool is saturated waits in kvroute (nil: never).
+	Flow    *routing.FlowControl
+	Logger  *slog.Logger
+	Metrics *Metrics
 }
 
 // DefaultModeInferenceWindow is the default Options.ModeInferenceWindow
@@ -133,6 +136,8 @@ type stream struct {
 	decision routing.Decision
 	job      decideJob
 	onWorker bool // probably on a gRPC stream worker (see Server.workers)
+	// flowErr is a send that failed while the request waited.
+	flowErr error
 }
 
 type recvResult struct {
@@ -258,9 +263,9 @@ func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) 
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return st.onHeaders(ctx, v.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
-		return st.onBody(v.RequestBody)
+		return st.onBody(ctx, v.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return st.onTrailers()
+		return st.onTrailers(ctx)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseBody:
@@ -282,7 +287,7 @@ func (st *stream) onHeaders(ctx context.Context, h *extprocv3.HttpHeaders) (bool
 	}
 	if h.GetEndOfStream() {
 		// No body will follow (e.g. GET /v1/models): route right here.
-		return st.route(nil, false, true)
+		return st.route(ctx, nil, false, true)
 	}
 	if st.mode == modeUnknown {
 		st.mode, st.modeSource = st.inferMode(ctx), ModeSourceInferred
@@ -323,7 +328,7 @@ func (st *stream) inferMode(ctx context.Context) bodyMode {
 	}
 }
 
-func (st *stream) onBody(b *extprocv3.HttpBody) (bool, error) {
+func (st *stream) onBody(ctx context.Context, b *extprocv3.HttpBody) (bool, error) {
 	if st.routed {
 		if st.mode == modeBuffered {
 			// BUFFERED sends one body message: this stream is streamed and
@@ -343,17 +348,17 @@ func (st *stream) onBody(b *extprocv3.HttpBody) (bool, error) {
 		if !b.GetEndOfStream() {
 			return false, nil
 		}
-		return st.route(st.body, true, true)
+		return st.route(ctx, st.body, true, true)
 	}
 	// BUFFERED: this single message is the whole body (end_of_stream is false
 	// only when trailers follow).
-	return st.route(b.GetBody(), false, b.GetEndOfStream())
+	return st.route(ctx, b.GetBody(), false, b.GetEndOfStream())
 }
 
-func (st *stream) onTrailers() (bool, error) {
+func (st *stream) onTrailers(ctx context.Context) (bool, error) {
 	if st.mode == modeFullDuplex && !st.routed {
 		// The body ended without end_of_stream: trailers end the request.
-		if done, err := st.route(st.body, true, false); done || err != nil {
+		if done, err := st.route(ctx, st.body, true, false); done || err != nil {
 			return done, err
 		}
 	}
@@ -363,10 +368,27 @@ func (st *stream) onTrailers() (bool, error) {
 // route decides and answers: in BUFFERED mode (and for header-only requests)
 // with a single mutation response; in full-duplex mode with the deferred
 // headers response followed by the body streamed back.
-func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
+func (st *stream) route(ctx context.Context, body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 	start := time.Now()
-	d := st.decideOnWarmStack(body)
-	st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
+	var d routing.Decision
+	begun := false
+	if fc := st.s.opts.Flow; fc != nil && body != nil && fc.Enabled() {
+		out := st.decideFlow(ctx, fc, body, fullDuplex)
+		if st.flowErr != nil {
+			return false, st.flowErr
+		}
+		if out.Shed == routing.FlowCancelled {
+			return true, context.Cause(ctx) // nobody to answer
+		}
+		if out.Shed != "" {
+			return true, st.shed(fc, out)
+		}
+		d, begun = out.Decision, out.Begun
+		st.s.m.decisionSeconds.Observe((time.Since(start) - out.Waited).Seconds())
+	} else {
+		d = st.decideOnWarmStack(body)
+		st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
+	}
 	st.s.m.decision(d.Pool, d.Outcome, d.Reason)
 	if d.Endpoint == nil {
 		code, msg := d.Rejection()
@@ -377,7 +399,9 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 		st.s.log.Info("routing failed open", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "err", d.Err)
 	}
 	st.decision, st.routed = d, true
-	st.s.router.BeginLoad(&st.decision)
+	if !begun {
+		st.s.router.BeginLoad(&st.decision)
+	}
 	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
 		// Checked first: the arguments alone cost eight allocations.
 		st.s.log.Debug("routed", "request_id", st.reqID, "pool", d.Pool, "replica", d.Endpoint.Name,
@@ -564,13 +588,13 @@ func (st *stream) mutation(d *routing.Decision) *extprocv3.HeaderMutation {
 }
 
 // immediate ends the request with a local reply; the status is always set
-// (Envoy turns a missing one into 200).
-func (st *stream) immediate(code int, msg, details string) error {
+// (Envoy turns a missing one into 200). extra are more reply headers.
+func (st *stream) immediate(code int, msg, details string, extra ...*corev3.HeaderValueOption) error {
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
 		Body:    []byte(msg + "\n"),
 		Details: details,
-		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "text/plain; charset=utf-8")}},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: append([]*corev3.HeaderValueOption{setHeader("content-type", "text/plain; charset=utf-8")}, extra...)},
 	}}})
 }
 

@@ -58,6 +58,8 @@ type waiter struct {
 
 // FlowOutcome is how FlowControl.Decide ended for a request.
 type FlowOutcome struct {
+	// Pool is the request's pool (PoolUnknown when it has none).
+	Pool string
 	// Decision is the decision when Shed is "".
 	Decision Decision
 	// Shed is why the request was answered without a decision (a Shed*
@@ -88,6 +90,13 @@ func NewFlowControl(r *Router, reg prometheus.Registerer, now func() time.Time) 
 
 // Enabled reports whether flow control is on (routing.flow_control.enabled).
 func (fc *FlowControl) Enabled() bool { return fc.r.o().Flow.Enabled }
+
+// Priority is the priority of objective name under the options now (an
+// unknown or empty name: 0).
+func (fc *FlowControl) Priority(objective string) int { return fc.r.o().Flow.Priority(objective) }
+
+// Options are the flow options now.
+func (fc *FlowControl) Options() FlowOptions { return fc.r.o().Flow }
 
 // Pools are the names of the pools with a queue (each needs RunPool).
 func (fc *FlowControl) Pools() []string {
@@ -121,6 +130,14 @@ func (fc *FlowControl) wake(pool string) {
 func (fc *FlowControl) Decide(ctx context.Context, path string, body []byte, subset map[string]bool, priority int, flow string, rec *Recorder, queued func(maxWait time.Duration)) FlowOutcome {
 	r := fc.r
 	pr := r.prepare(path, body, subset, rec)
+	out := fc.decide(ctx, &pr, body, priority, flow, rec, queued)
+	out.Pool = pr.Pool()
+	return out
+}
+
+func (fc *FlowControl) decide(ctx context.Context, prp *Prepared, body []byte, priority int, flow string, rec *Recorder, queued func(time.Duration)) FlowOutcome {
+	r := fc.r
+	pr := *prp
 	fp := fc.pools[pr.Pool()]
 	if fp == nil || !r.o().Flow.Enabled || body == nil {
 		return FlowOutcome{Decision: r.DecidePrepared(&pr, rec)}
