@@ -354,17 +354,27 @@ type BandStatus struct {
 func (fc *FlowControl) Status() []FlowStatus {
 	out := make([]FlowStatus, 0, len(fc.pools))
 	for _, name := range fc.Pools() {
-		fp := fc.pools[name]
-		s := FlowStatus{Pool: name, Enabled: fc.Enabled(), Saturated: fc.r.Saturated(name, nil), Bands: []BandStatus{}}
-		fp.mu.Lock()
-		s.Queued, s.Bytes = fp.q.Len(), fp.q.Bytes()
-		for _, p := range fp.q.Priorities() {
-			s.Bands = append(s.Bands, BandStatus{Priority: p, Queued: fp.q.BandLen(p)})
-		}
-		fp.mu.Unlock()
+		s, _ := fc.PoolStatus(name)
 		out = append(out, s)
 	}
 	return out
+}
+
+// PoolStatus is pool's flow control state now; ok is false for an unknown
+// pool.
+func (fc *FlowControl) PoolStatus(pool string) (s FlowStatus, ok bool) {
+	fp := fc.pools[pool]
+	if fp == nil {
+		return s, false
+	}
+	s = FlowStatus{Pool: pool, Enabled: fc.Enabled(), Saturated: fc.r.Saturated(pool, nil), Bands: []BandStatus{}}
+	fp.mu.Lock()
+	s.Queued, s.Bytes = fp.q.Len(), fp.q.Bytes()
+	for _, p := range fp.q.Priorities() {
+		s.Bands = append(s.Bands, BandStatus{Priority: p, Queued: fp.q.BandLen(p)})
+	}
+	fp.mu.Unlock()
+	return s, true
 }
 
 // flowMetrics are flow control's Prometheus metrics. Labels: pool names,
