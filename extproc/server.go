@@ -375,6 +375,9 @@ func (st *stream) route(ctx context.Context, body []byte, fullDuplex, bodyEOS bo
 	if fc := st.s.opts.Flow; fc != nil && body != nil && fc.Enabled() {
 		out := st.decideFlow(ctx, fc, body, fullDuplex)
 		if st.flowErr != nil {
+			if out.Begun {
+				st.s.router.End(&out.Decision)
+			}
 			return false, st.flowErr
 		}
 		if out.Shed == routing.FlowCancelled {

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -251,16 +252,7 @@ func (fc *FlowControl) RunPool(ctx context.Context, pool string) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		fp.mu.Lock()
-		fp.step(fc.now())
-		var next time.Duration = -1
-		if fp.q.Len() > 0 {
-			next = flowRecheck
-			if d, ok := fp.q.NextDeadline(); ok {
-				next = min(next, max(d.Sub(fc.now()), 0))
-			}
-		}
-		fp.mu.Unlock()
+		next := fp.tick()
 		var tick <-chan time.Time
 		if next >= 0 {
 			t.Reset(next)
@@ -282,6 +274,22 @@ func (fc *FlowControl) RunPool(ctx context.Context, pool string) {
 	}
 }
 
+// tick runs step and returns how long the dispatcher may sleep (-1: until
+// woken).
+func (fp *flowPool) tick() time.Duration {
+	fp.mu.Lock()
+	defer fp.mu.Unlock() // also when a decision panics (the supervisor restarts RunPool)
+	fp.step(fp.fc.now())
+	if fp.q.Len() == 0 {
+		return -1
+	}
+	next := flowRecheck
+	if d, ok := fp.q.NextDeadline(); ok {
+		next = min(next, max(d.Sub(fp.fc.now()), 0))
+	}
+	return next
+}
+
 // step sheds the waiters whose TTL passed and releases waiters, highest
 // priority first and fairly within a band, while the pool is not saturated
 // (all of them when flow control was turned off). The lock is held.
@@ -297,7 +305,7 @@ func (fp *flowPool) step(now time.Time) {
 			break
 		}
 		w := it.Value
-		w.d = r.DecidePrepared(&w.pr, w.rec)
+		fp.release(w)
 		if w.d.Endpoint != nil {
 			// On the books before the next saturation check.
 			r.BeginLoad(&w.d)
@@ -313,6 +321,22 @@ func (fp *flowPool) step(now time.Time) {
 		fp.finish(it, now, ShedTTL)
 	}
 	fp.waiting.Store(int64(fp.q.Len()))
+}
+
+// release decides w. Should the decision panic (a bug), w is answered as
+// Router.Recovered decides, so its stream does not wait for a decision that
+// will never come, and the panic goes on to the dispatcher's supervisor.
+func (fp *flowPool) release(w *waiter) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.d = fp.fc.r.Recovered(w.pr.subset, fmt.Errorf("flow control: the decision panicked"))
+			w.pr.Discard()
+			fp.fc.m.released.WithLabelValues(fp.name).Inc()
+			close(w.done)
+			panic(p)
+		}
+	}()
+	w.d = fp.fc.r.DecidePrepared(&w.pr, w.rec)
 }
 
 // stop sheds every waiter and refuses new ones (shutdown).
