@@ -189,3 +189,34 @@ func TestFlowControlOrder(t *testing.T) {
 		t.Fatalf("release order %v, want hi first, then a and b alternating", order)
 	}
 }
+
+// Stopping a dispatcher (shutdown) sheds its waiters and every request that
+// would wait after.
+func TestFlowControlStopShedsWaiters(t *testing.T) {
+	h := newFlowHarness(t, FlowOptions{TTL: 10 * time.Second})
+	ch := make(chan flowResult, 1)
+	h.decideAsync(context.Background(), "a", sharedPrefix, 0, "", ch)
+	h.cancel()
+	if r := <-ch; r.out.Shed != ShedStopped {
+		t.Fatalf("outcome %+v, want shed stopped", r.out)
+	}
+	if out := h.fc.Decide(context.Background(), "/v1/completions", completion(sharedPrefix), nil, 0, "", nil, nil); out.Shed != ShedStopped {
+		t.Fatalf("after stop: %+v, want shed stopped", out)
+	}
+}
+
+// Turning flow control off (a reload) releases every waiter.
+func TestFlowControlTurnedOffReleasesWaiters(t *testing.T) {
+	h := newFlowHarness(t, FlowOptions{TTL: 10 * time.Second})
+	ch := make(chan flowResult, 2)
+	h.decideAsync(context.Background(), "a", sharedPrefix, 0, "", ch)
+	h.decideAsync(context.Background(), "b", sharedPrefix, 0, "", ch)
+	o := h.router.Options()
+	o.Flow.Enabled = false
+	h.router.SetOptions(o)
+	for range 2 {
+		if r := <-ch; r.out.Shed != "" || r.out.Decision.Endpoint == nil {
+			t.Fatalf("%s: %+v", r.name, r.out)
+		}
+	}
+}
