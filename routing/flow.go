@@ -9,13 +9,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/index"
 )
 
 // FlowControl holds the requests of a saturated pool in the pool's
 // FlowQueue and decides each, with the index as it is then, when capacity
 // frees: one dispatcher per pool (RunPool) releases waiters while the pool is
 // not saturated, woken when a request ends, when the pool's endpoints
-// change, and every flowRecheck while requests wait (a replica's predicted
+// change, when a scrape or health probe updates a replica's load
+// (index.SetLoadHook), and every flowRecheck while requests wait (a replica's predicted
 // queue drains with time, not only with events); it sheds the waiters whose
 // TTL passed. A request that may not wait (negative priority, a full queue,
 // no decision budget left for its body) is shed at once.
@@ -24,6 +27,7 @@ type FlowControl struct {
 	now   func() time.Time
 	m     *flowMetrics
 	pools map[string]*flowPool
+	byID  map[index.PoolID]*flowPool
 }
 
 // flowRecheck is how often a dispatcher checks its pool's saturation while
@@ -80,12 +84,19 @@ func NewFlowControl(r *Router, reg prometheus.Registerer, now func() time.Time) 
 	if now == nil {
 		now = time.Now
 	}
-	fc := &FlowControl{r: r, now: now, m: newFlowMetrics(reg), pools: map[string]*flowPool{}}
+	fc := &FlowControl{r: r, now: now, m: newFlowMetrics(reg), pools: map[string]*flowPool{}, byID: map[index.PoolID]*flowPool{}}
 	o := r.o()
 	for _, p := range r.pools {
-		fc.pools[p.Name] = &flowPool{name: p.Name, fc: fc, q: NewFlowQueue[*waiter](o.FlowLimits()), kick: make(chan struct{}, 1)}
+		fp := &flowPool{name: p.Name, fc: fc, q: NewFlowQueue[*waiter](o.FlowLimits()), kick: make(chan struct{}, 1)}
+		fc.pools[p.Name], fc.byID[p.ID] = fp, fp
 	}
 	r.flow.Store(fc)
+	// A scrape or health probe may have lowered a replica's load.
+	r.ix.SetLoadHook(func(p index.PoolID) {
+		if fp := fc.byID[p]; fp != nil {
+			fp.wake()
+		}
+	})
 	return fc
 }
 
@@ -111,8 +122,13 @@ func (fc *FlowControl) Pools() []string {
 // wake tells pool's dispatcher that capacity may have freed, when requests
 // wait there.
 func (fc *FlowControl) wake(pool string) {
-	fp := fc.pools[pool]
-	if fp == nil || fp.waiting.Load() == 0 {
+	if fp := fc.pools[pool]; fp != nil {
+		fp.wake()
+	}
+}
+
+func (fp *flowPool) wake() {
+	if fp.waiting.Load() == 0 {
 		return
 	}
 	select {

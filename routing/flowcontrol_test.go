@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/index"
 )
 
 // flowHarness is the routing harness with flow control on and its
@@ -218,5 +220,21 @@ func TestFlowControlTurnedOffReleasesWaiters(t *testing.T) {
 		if r := <-ch; r.out.Shed != "" || r.out.Decision.Endpoint == nil {
 			t.Fatalf("%s: %+v", r.name, r.out)
 		}
+	}
+}
+
+// A scrape showing a replica's waiting queue gone releases a waiter there.
+func TestFlowControlScrapeFreesCapacity(t *testing.T) {
+	h := newFlowHarness(t, FlowOptions{TTL: 10 * time.Second, SaturationWaiting: 5})
+	for i := range h.busy {
+		h.release(i)
+		h.ix.SetLoad(h.eps[i].Replica, index.Load{Waiting: 6}, h.clock())
+	}
+	ch := make(chan flowResult, 1)
+	h.decideAsync(context.Background(), "a", sharedPrefix, 0, "", ch)
+	h.ix.SetLoad(h.eps[1].Replica, index.Load{}, h.clock())
+	r := <-ch
+	if r.out.Decision.Endpoint == nil || r.out.Decision.Endpoint.Address != h.eps[1].Address {
+		t.Fatalf("outcome %+v, want routed to the replica whose queue emptied", r.out)
 	}
 }
