@@ -79,7 +79,8 @@ func (st *stream) decideFlow(ctx context.Context, fc *routing.FlowControl, body 
 func (st *stream) shed(fc *routing.FlowControl, out routing.FlowOutcome) error {
 	o := fc.Options()
 	st.s.m.decision(out.Pool, routing.OutcomeRejected, "flow_"+out.Shed)
-	st.s.log.Info("request shed", "request_id", st.reqID, "pool", out.Pool, "reason", out.Shed, "waited", out.Waited)
+	// Debug: under overload every request may be shed; the metric counts them.
+	st.s.log.Debug("request shed", "request_id", st.reqID, "pool", out.Pool, "reason", out.Shed, "waited", out.Waited)
 	retry := int64(math.Ceil(o.RetryAfter.Seconds()))
 	status := o.ShedStatus
 	if status < 400 || status > 599 {
