@@ -157,7 +157,7 @@ func TestFlowControlServesABurstAgainstServe(t *testing.T) {
 // wait are answered 429 with Retry-After within TTL + 100 ms, those that
 // find the queue full at once.
 func TestFlowControlShedsWhenEnginesStallAgainstServe(t *testing.T) {
-	gateway, admin := flowFleet(t, 10*time.Millisecond, "    enabled: true\n    saturation_ttft: 50ms\n    saturation_waiting: 0\n    ttl: 300ms\n    max_queued: 2\n    retry_after: 2s")
+	gateway, admin := flowFleet(t, 100*time.Millisecond, "    enabled: true\n    saturation_ttft: 50ms\n    saturation_waiting: 0\n    ttl: 300ms\n    max_queued: 2\n    retry_after: 2s")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	prompt := func(i int) string {
