@@ -196,6 +196,61 @@ type Routing struct {
 	// hashed at once across all streams; a request that does not fit routes
 	// by load at once (decide_budget_full).
 	MaxDecideBytesInFlight int `yaml:"max_decide_bytes_in_flight" default:"8388608" check:"positive" reload:"live"`
+	// FlowControl holds requests while their pool is saturated.
+	FlowControl FlowControl `yaml:"flow_control"`
+}
+
+// FlowControl holds the requests of a saturated pool in a queue, by
+// priority and fairly between flows, and decides each when capacity frees;
+// a request that cannot wait is answered at once (ShedStatus, Retry-After).
+// Its queued bodies count toward Routing.MaxDecideBytesInFlight.
+type FlowControl struct {
+	// Enabled turns flow control on.
+	Enabled bool `yaml:"enabled" reload:"live"`
+	// SaturationTTFT: a replica is busy when the cost model predicts a new
+	// request's first token more than this from now (0: this test is off).
+	SaturationTTFT Duration `yaml:"saturation_ttft" default:"1s" check:"nonnegative" reload:"live"`
+	// SaturationWaiting: a replica is busy when its last scrape reported
+	// more waiting requests than this (0: this test is off). A pool is
+	// saturated when every eligible replica is busy.
+	SaturationWaiting float64 `yaml:"saturation_waiting" default:"5" check:"nonnegative" reload:"live"`
+	// MaxQueued bounds each pool's queue, in requests.
+	MaxQueued int `yaml:"max_queued" default:"1024" check:"positive" reload:"live"`
+	// TTL is how long a request may wait before it is shed (bands may
+	// override it by priority).
+	TTL Duration `yaml:"ttl" default:"10s" check:"positive" reload:"live"`
+	// Bands sets the TTL of some priorities.
+	Bands []FlowBand `yaml:"bands"`
+	// Objectives maps objective names (the x-gateway-inference-objective
+	// header) to priorities, as InferenceObjective's spec.priority does.
+	Objectives []FlowObjective `yaml:"objectives"`
+	// ShedStatus is the HTTP status of a shed request.
+	ShedStatus int `yaml:"shed_status" default:"429" reload:"live"`
+	// RetryAfter is the Retry-After a shed request is answered with
+	// (whole seconds, rounded up).
+	RetryAfter Duration `yaml:"retry_after" default:"1s" check:"positive" reload:"live"`
+}
+
+// FlowBand is one priority's TTL.
+type FlowBand struct {
+	Priority int      `yaml:"priority" reload:"live"`
+	TTL      Duration `yaml:"ttl" check:"positive" reload:"live"`
+}
+
+// FlowObjective is one objective name and its priority.
+type FlowObjective struct {
+	Name     string `yaml:"name" reload:"live"`
+	Priority int    `yaml:"priority" reload:"live"`
+}
+
+// MaxTTL is the longest a request may wait in flow control: the largest of
+// TTL and the bands' TTLs.
+func (f FlowControl) MaxTTL() time.Duration {
+	m := f.TTL.Std()
+	for _, b := range f.Bands {
+		m = max(m, b.TTL.Std())
+	}
+	return m
 }
 
 // Body modes for routing.body_mode.

@@ -47,6 +47,9 @@ func TestDefaultsAreAppliedOnce(t *testing.T) {
 		{"routing.kv_full_penalty", c.Routing.KVFullPenalty.Std(), 500 * time.Millisecond},
 		{"routing.placement_slack", c.Routing.PlacementSlack, 0.2},
 		{"routing.fail_open", c.Routing.FailOpenEnabled(), true},
+		{"routing.flow_control.enabled", c.Routing.FlowControl.Enabled, false},
+		{"routing.flow_control.shed_status", c.Routing.FlowControl.ShedStatus, 429},
+		{"routing.flow_control.max_ttl", c.Routing.FlowControl.MaxTTL(), 10 * time.Second},
 		{"routing.body_limit_bytes", c.Routing.BodyLimitBytes, 8 << 20},
 		{"routing.body_mode", c.Routing.BodyMode, BodyModeBuffered},
 		{"routing.max_prompt_bytes", c.Routing.MaxPromptBytes, 1 << 20},
@@ -124,6 +127,11 @@ func TestErrorsNameTheKeyAndValue(t *testing.T) {
     models: ["Qwen/Qwen3-8B"]
     replicas: [{name: x, address: 10.0.0.9:8000}]
 `, `pools[1].models[0]: "Qwen/Qwen3-8B" is already served by pool "qwen3"`},
+		{"shed status", "routing: {flow_control: {shed_status: 200}}\n" + minimal, `routing.flow_control.shed_status: 200 is not an HTTP error status (400..599)`},
+		{"band twice", "routing: {flow_control: {bands: [{priority: 1, ttl: 1s}, {priority: 1, ttl: 2s}]}}\n" + minimal, `routing.flow_control.bands[1].priority: 1 is bands[0]'s too`},
+		{"band ttl", "routing: {flow_control: {bands: [{priority: 1}]}}\n" + minimal, `routing.flow_control.bands[0].ttl: 0s must be positive`},
+		{"objective twice", "routing: {flow_control: {objectives: [{name: chat, priority: 1}, {name: chat}]}}\n" + minimal, `routing.flow_control.objectives[1].name: "chat" is objectives[0]'s too`},
+		{"objective unnamed", "routing: {flow_control: {objectives: [{priority: 1}]}}\n" + minimal, `routing.flow_control.objectives[0].name: must hold 1..253 bytes`},
 		{"not yaml", "pools: [", "config is not valid YAML"},
 		{"huge", strings.Replace(minimal, `models: ["Qwen/Qwen3-8B"]`, "models: ["+strings.Repeat("m, ", 100_000)+"m]", 1), "over 100000 nodes"},
 		{"empty", "", "config is empty"},
@@ -260,6 +268,9 @@ func TestLiveFollowsTheReloadTag(t *testing.T) {
 		"routing.placement_slack": true, "routing.max_decide_bytes_in_flight": true, "routing.fail_open": true,
 		"routing.body_mode": false, "routing.body_limit_bytes": false, "index.ttl": false,
 		"pools[0].tokenizer": false, "pools[2].replicas[1].address": false,
+		// A list of live keys is live whole (a band added or removed).
+		"routing.flow_control.bands": true, "routing.flow_control.bands[1].ttl": true, "routing.flow_control.objectives": true,
+		"pools": false, "pools[0].replicas": false,
 	} {
 		if got := Live(key); got != want {
 			t.Errorf("Live(%q) = %v, want %v", key, got, want)

@@ -230,15 +230,25 @@ func TestConfigDocLiveKeys(t *testing.T) {
 		t.Fatal("CONFIG.md: the live-reload list is not where the test looks")
 	}
 	var doc []string
-	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(para, -1) {
-		if m[1] != "routing" {
-			doc = append(doc, "routing."+m[1])
-		}
-	}
-	var code []string
+	var code, all []string
 	for _, s := range Settings() {
+		all = append(all, s.Key)
 		if s.Live {
 			code = append(code, s.Key)
+		}
+	}
+	for _, m := range regexp.MustCompile("`([a-z_]+)(\\.\\*)?`").FindAllStringSubmatch(para, -1) {
+		switch {
+		case m[1] == "routing":
+		case m[2] != "":
+			// `flow_control.*`: every key under it.
+			for _, k := range all {
+				if strings.HasPrefix(k, "routing."+m[1]+".") {
+					doc = append(doc, k)
+				}
+			}
+		default:
+			doc = append(doc, "routing."+m[1])
 		}
 	}
 	slices.Sort(doc)

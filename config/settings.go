@@ -71,12 +71,30 @@ func yamlName(f reflect.StructField) string {
 	return name
 }
 
-// liveKeys are the keys with reload:"live".
+// liveKeys are the keys with reload:"live", and the lists whose every leaf
+// is live (Diff names a list whose length changed by the list's key).
 var liveKeys = func() map[string]bool {
 	m := map[string]bool{}
+	lists := map[string]bool{}
 	for _, s := range Settings() {
 		if s.Live {
 			m[s.Key] = true
+		}
+		for i := strings.Index(s.Key, "[]"); i >= 0; {
+			list := s.Key[:i]
+			if ok, seen := lists[list]; !seen || ok {
+				lists[list] = s.Live
+			}
+			j := strings.Index(s.Key[i+2:], "[]")
+			if j < 0 {
+				break
+			}
+			i += 2 + j
+		}
+	}
+	for list, ok := range lists {
+		if ok {
+			m[list] = true
 		}
 	}
 	return m

@@ -38,6 +38,7 @@ func (c *Config) validate(v *validator) {
 	v.checkFields(reflect.ValueOf(c).Elem(), "")
 	v.peers(&c.Peers)
 	v.parity(&c.Parity)
+	v.flowControl(&c.Routing.FlowControl)
 	if c.Ingest.Bind != "" {
 		v.zmq("ingest.bind", c.Ingest.Bind, true)
 	}
@@ -410,6 +411,36 @@ func (v *validator) listen(path, addr string, _ bool) {
 }
 
 // peers checks the peer mesh; with listen "" (off) the rest is not read.
+// maxObjectiveBytes bounds an objective name (a Kubernetes object name is at
+// most 253 bytes).
+const maxObjectiveBytes = 253
+
+func (v *validator) flowControl(f *FlowControl) {
+	const at = "routing.flow_control"
+	if f.ShedStatus < 400 || f.ShedStatus > 599 {
+		v.fail(at+".shed_status", "%d is not an HTTP error status (400..599)", f.ShedStatus)
+	}
+	bands := map[int]int{}
+	for i, b := range f.Bands {
+		if j, ok := bands[b.Priority]; ok {
+			v.fail(fmt.Sprintf("%s.bands[%d].priority", at, i), "%d is bands[%d]'s too", b.Priority, j)
+		}
+		bands[b.Priority] = i
+	}
+	names := map[string]int{}
+	for i, o := range f.Objectives {
+		key := fmt.Sprintf("%s.objectives[%d].name", at, i)
+		if o.Name == "" || len(o.Name) > maxObjectiveBytes || !utf8.ValidString(o.Name) {
+			v.fail(key, "must hold 1..%d bytes of UTF-8", maxObjectiveBytes)
+			continue
+		}
+		if j, ok := names[o.Name]; ok {
+			v.fail(key, "%q is objectives[%d]'s too", o.Name, j)
+		}
+		names[o.Name] = i
+	}
+}
+
 func (v *validator) peers(p *Peers) {
 	if p.Listen == "" {
 		if len(p.Addresses) > 0 {

@@ -28,6 +28,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
 )
 
 const destinationHeader = "x-gateway-destination-endpoint"
@@ -134,6 +135,13 @@ func cppRules(bs *bootstrapv3.Bootstrap, typed []proto.Message) []error {
 			} else if name := gs.GetEnvoyGrpc().GetClusterName(); name != "" && clusters[name] == nil {
 				fail("ext_proc: grpc_service cluster %q does not exist", name)
 			}
+			// kvroute holds a queued request's message for up to its TTL and
+			// asks Envoy for that much more time (override_message_timeout),
+			// which Envoy ignores above max_message_timeout.
+			if need := maxFlowWait(); t.GetMaxMessageTimeout().AsDuration() < need {
+				fail("ext_proc: max_message_timeout %s is below the longest flow control wait kvroute asks for (%s: the largest routing.flow_control TTL + %s)",
+					t.GetMaxMessageTimeout().AsDuration(), need, extproc.FlowTimeoutMargin)
+			}
 			pm := t.GetProcessingMode()
 			switch pm.GetRequestBodyMode() {
 			case extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
@@ -203,6 +211,19 @@ func checkHCM(h *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Clu
 	return errs
 }
 
+// maxFlowWait is the longest override_message_timeout kvroute sends with
+// the default config and the shipped example: the largest flow control TTL
+// plus extproc.FlowTimeoutMargin.
+func maxFlowWait() time.Duration {
+	m := config.Default().Routing.FlowControl.MaxTTL()
+	if c, err := config.Load(filepath.Join("..", "examples", "kvroute.yaml")); err == nil {
+		m = max(m, c.Routing.FlowControl.MaxTTL())
+	} else {
+		panic(err)
+	}
+	return m + extproc.FlowTimeoutMargin
+}
+
 func configs(t *testing.T) map[string][]byte {
 	t.Helper()
 	files, err := filepath.Glob("*.yaml")
@@ -240,6 +261,8 @@ func TestValidatorCatchesBrokenVariants(t *testing.T) {
 		{"numeric enum out of range (inside Any)", "envoy.yaml", "response_header_mode: SKIP", "response_header_mode: 7", "defined"},
 		{"message_timeout out of range (inside Any)", "envoy.yaml", "message_timeout: 5s", "message_timeout: 7200s", "MessageTimeout"},
 		{"default message_timeout", "envoy.yaml", "message_timeout: 5s", "message_timeout: 0.2s", "too short"},
+		{"max_message_timeout below the flow TTL", "envoy.yaml", "max_message_timeout: 30s", "max_message_timeout: 10s", "max_message_timeout"},
+		{"no max_message_timeout (full duplex)", "envoy-full-duplex.yaml", "max_message_timeout: 30s", "stat_prefix: kvroute_unused", "max_message_timeout"},
 		{"typo in @type", "envoy.yaml", "ext_proc.v3.ExternalProcessor", "ext_proc.v3.ExternalProcesor", "unable to resolve"},
 		{"listener port out of range", "envoy.yaml", "port_value: 10000", "port_value: 80800", "PortValue"},
 		{"ORIGINAL_DST with ROUND_ROBIN", "envoy.yaml", "lb_policy: CLUSTER_PROVIDED", "lb_policy: ROUND_ROBIN", "CLUSTER_PROVIDED"},

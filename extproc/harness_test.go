@@ -39,6 +39,8 @@ type harness struct {
 	clk     *routetest.Clock
 	server  *Server
 	srvErrs *errCounter
+	router  *routing.Router
+	flow    *routing.FlowControl
 }
 
 type harnessOptions struct {
@@ -58,6 +60,9 @@ type harnessOptions struct {
 	// strictPlacement sets routing.placement_slack 0 (the default; the
 	// harness otherwise uses 0.5).
 	strictPlacement bool
+	// flow, when set, turns flow control on with these options (its
+	// dispatchers run until the test ends).
+	flow *routing.FlowOptions
 }
 
 func newHarness(t *testing.T, o harnessOptions) *harness {
@@ -101,12 +106,22 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.strictPlacement {
 		slack = 0
 	}
-	router, err := routing.NewRouter(h.ix, pools, routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight})
+	ropts := routing.RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.95, KVFullPenalty: 0.5, PlacementSlack: slack, FailOpen: o.failOpen, Limits: o.limits, MaxBytesInFlight: o.bytesInFlight}
+	if o.flow != nil {
+		ropts.Flow = *o.flow
+	}
+	router, err := routing.NewRouter(h.ix, pools, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.router = router
+	var flow *routing.FlowControl
+	if o.flow != nil {
+		flow = routing.NewFlowControl(router, h.reg, nil)
+		h.flow = flow
+	}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h.server = NewServer(router, Options{BodyLimitBytes: o.bodyLimit, DebugHeaders: o.debug, ScoresHeader: o.scores, BodyMode: o.bodyMode, Logger: log, Metrics: NewMetrics(h.reg)})
+	h.server = NewServer(router, Options{BodyLimitBytes: o.bodyLimit, DebugHeaders: o.debug, ScoresHeader: o.scores, BodyMode: o.bodyMode, Flow: flow, Logger: log, Metrics: NewMetrics(h.reg)})
 	g, _ := NewGRPCServer(h.server, nil)
 	h.srvErrs = &errCounter{}
 	g = grpcWithErrCount(g, h.server, h.srvErrs)
@@ -131,6 +146,16 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 			t.Errorf("the server ended %d streams with an error", n)
 		}
 	})
+	if flow != nil {
+		// Registered last, so it runs first: the dispatchers stop (and
+		// shed their waiters) before the server does.
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for _, p := range flow.Pools() {
+			wg.Go(func() { flow.RunPool(ctx, p) })
+		}
+		t.Cleanup(func() { cancel(); wg.Wait() })
+	}
 	return h
 }
 

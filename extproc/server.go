@@ -37,8 +37,11 @@ type Options struct {
 	// "full_duplex". Envoy's protocol_config, when it sends one, overrides
 	// it for that stream.
 	BodyMode string
-	Logger   *slog.Logger
-	Metrics  *Metrics
+	// Flow, when set, is flow control: while it is enabled, a request whose
+	// pool is saturated waits in kvroute (nil: never).
+	Flow    *routing.FlowControl
+	Logger  *slog.Logger
+	Metrics *Metrics
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
@@ -108,6 +111,8 @@ type stream struct {
 	closed   bool // an immediate response ended processing
 	routed   bool // a routing decision was sent
 	decision routing.Decision
+	// flowErr is a send that failed while the request waited.
+	flowErr error
 }
 
 // Process serves one HTTP request's stream. It never returns before Envoy has
@@ -135,7 +140,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			s.log.Warn("ext_proc stream receive failed", "request_id", st.reqID, "err", err)
 			return err
 		}
-		done, err := st.handle(req)
+		done, err := st.handle(ctx, req)
 		if err != nil {
 			if status.Code(err) == codes.Canceled || ctx.Err() != nil {
 				return nil
@@ -150,7 +155,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	}
 }
 
-func (st *stream) handle(req *extprocv3.ProcessingRequest) (bool, error) {
+func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) (bool, error) {
 	if st.closed {
 		return true, nil
 	}
@@ -169,11 +174,11 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) (bool, error) {
 	}
 	switch v := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return st.onHeaders(v.RequestHeaders)
+		return st.onHeaders(ctx, v.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
-		return st.onBody(v.RequestBody)
+		return st.onBody(ctx, v.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return st.onTrailers()
+		return st.onTrailers(ctx)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseBody:
@@ -185,7 +190,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) (bool, error) {
 	}
 }
 
-func (st *stream) onHeaders(h *extprocv3.HttpHeaders) (bool, error) {
+func (st *stream) onHeaders(ctx context.Context, h *extprocv3.HttpHeaders) (bool, error) {
 	st.headers = h
 	st.path = headerValue(h, headerPath)
 	st.reqID = headerValue(h, HeaderRequestID)
@@ -195,7 +200,7 @@ func (st *stream) onHeaders(h *extprocv3.HttpHeaders) (bool, error) {
 	}
 	if h.GetEndOfStream() {
 		// No body will follow (e.g. GET /v1/models): route right here.
-		return st.route(nil, false, true)
+		return st.route(ctx, nil, false, true)
 	}
 	st.s.m.bodyModes.WithLabelValues(st.modeSource, st.mode.label()).Inc()
 	if st.mode == modeFullDuplex {
@@ -212,7 +217,7 @@ func (m bodyMode) label() string {
 	return modeLabelBuffered
 }
 
-func (st *stream) onBody(b *extprocv3.HttpBody) (bool, error) {
+func (st *stream) onBody(ctx context.Context, b *extprocv3.HttpBody) (bool, error) {
 	if st.routed {
 		if st.mode == modeBuffered {
 			// BUFFERED sends one body message: this stream is streamed and
@@ -232,17 +237,17 @@ func (st *stream) onBody(b *extprocv3.HttpBody) (bool, error) {
 		if !b.GetEndOfStream() {
 			return false, nil
 		}
-		return st.route(st.body, true, true)
+		return st.route(ctx, st.body, true, true)
 	}
 	// BUFFERED: this single message is the whole body (end_of_stream is false
 	// only when trailers follow).
-	return st.route(b.GetBody(), false, b.GetEndOfStream())
+	return st.route(ctx, b.GetBody(), false, b.GetEndOfStream())
 }
 
-func (st *stream) onTrailers() (bool, error) {
+func (st *stream) onTrailers(ctx context.Context) (bool, error) {
 	if st.mode == modeFullDuplex && !st.routed {
 		// The body ended without end_of_stream: trailers end the request.
-		if done, err := st.route(st.body, true, false); done || err != nil {
+		if done, err := st.route(ctx, st.body, true, false); done || err != nil {
 			return done, err
 		}
 	}
@@ -252,10 +257,30 @@ func (st *stream) onTrailers() (bool, error) {
 // route decides and answers: in BUFFERED mode (and for header-only requests)
 // with a single mutation response; in full-duplex mode with the deferred
 // headers response followed by the body streamed back.
-func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
+func (st *stream) route(ctx context.Context, body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 	start := time.Now()
-	d := st.decide(body)
-	st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
+	var d routing.Decision
+	begun := false
+	if fc := st.s.opts.Flow; fc != nil && body != nil && fc.Enabled() {
+		out := st.decideFlow(ctx, fc, body, fullDuplex)
+		if st.flowErr != nil {
+			if out.Begun {
+				st.s.router.End(&out.Decision)
+			}
+			return false, st.flowErr
+		}
+		if out.Shed == routing.FlowCancelled {
+			return true, context.Cause(ctx) // nobody to answer
+		}
+		if out.Shed != "" {
+			return true, st.shed(fc, out)
+		}
+		d, begun = out.Decision, out.Begun
+		st.s.m.decisionSeconds.Observe((time.Since(start) - out.Waited).Seconds())
+	} else {
+		d = st.decide(body)
+		st.s.m.decisionSeconds.Observe(time.Since(start).Seconds())
+	}
 	st.s.m.decision(d.Pool, d.Outcome, d.Reason)
 	if d.Endpoint == nil {
 		code, msg := d.Rejection()
@@ -266,7 +291,9 @@ func (st *stream) route(body []byte, fullDuplex, bodyEOS bool) (bool, error) {
 		st.s.log.Info("routing failed open", "request_id", st.reqID, "pool", d.Pool, "reason", d.Reason, "err", d.Err)
 	}
 	st.decision, st.routed = d, true
-	st.s.router.BeginLoad(&st.decision)
+	if !begun {
+		st.s.router.BeginLoad(&st.decision)
+	}
 	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
 		// Checked first: the arguments alone cost eight allocations.
 		st.s.log.Debug("routed", "request_id", st.reqID, "pool", d.Pool, "replica", d.Endpoint.Name,
@@ -386,13 +413,13 @@ func (st *stream) mutation(d *routing.Decision) *extprocv3.HeaderMutation {
 }
 
 // immediate ends the request with a local reply; the status is always set
-// (Envoy turns a missing one into 200).
-func (st *stream) immediate(code int, msg, details string) error {
+// (Envoy turns a missing one into 200). extra are more reply headers.
+func (st *stream) immediate(code int, msg, details string, extra ...*corev3.HeaderValueOption) error {
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
 		Body:    []byte(msg + "\n"),
 		Details: details,
-		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "text/plain; charset=utf-8")}},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: append([]*corev3.HeaderValueOption{setHeader("content-type", "text/plain; charset=utf-8")}, extra...)},
 	}}})
 }
 

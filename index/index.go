@@ -106,6 +106,8 @@ type Index struct {
 	pools   atomic.Pointer[[]*pool]
 	metrics *metrics
 	onEvict atomic.Pointer[func(PoolID, *Evicted)] // OnEvict
+	// loadHook, when set, hears of every load or health update (SetLoadHook).
+	loadHook atomic.Pointer[func(PoolID)]
 }
 
 // New builds an empty Index. Options out of range are a programming error

@@ -154,6 +154,24 @@ func (ix *Index) SetLoad(r Replica, l Load, at time.Time) {
 		return
 	}
 	rs.setLoad(l, at)
+	ix.loadChanged(r.Pool)
+}
+
+// SetLoadHook makes the index call f with a replica's pool after every
+// SetLoad and SetHealthy from now on (nil: nobody): a replica's load may
+// have fallen. f runs on the writer's goroutine and must return at once.
+func (ix *Index) SetLoadHook(f func(PoolID)) {
+	if f == nil {
+		ix.loadHook.Store(nil)
+		return
+	}
+	ix.loadHook.Store(&f)
+}
+
+func (ix *Index) loadChanged(p PoolID) {
+	if f := ix.loadHook.Load(); f != nil {
+		(*f)(p)
+	}
 }
 
 // setLoad is SetLoad under rs's lock, released on every exit, a panic
@@ -212,6 +230,11 @@ func (ix *Index) SetHealthy(r Replica, healthy bool) {
 	if rs == nil {
 		return
 	}
+	rs.setHealthy(healthy)
+	ix.loadChanged(r.Pool)
+}
+
+func (rs *replicaState) setHealthy(healthy bool) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.healthy = healthy

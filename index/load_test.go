@@ -193,3 +193,23 @@ func TestHoldTouchesWhatIsHeldAndSpeculatesTheRest(t *testing.T) {
 	f.ix.Hold(a, ks, 99)
 	f.ix.Hold(a, ks, -1)
 }
+
+// TestLoadHook: every load and health update calls the hook with the
+// replica's pool; nil removes it.
+func TestLoadHook(t *testing.T) {
+	f := newFixture(t, 1, Options{})
+	a := f.r[0]
+	var got []PoolID
+	f.ix.SetLoadHook(func(p PoolID) { got = append(got, p) })
+	f.ix.SetLoad(a, Load{Waiting: 3}, f.clock.Now())
+	f.ix.SetHealthy(a, false)
+	f.ix.SetLoad(Replica{Pool: a.Pool, ID: a.ID + 7}, Load{}, f.clock.Now()) // unknown replica: no call
+	if len(got) != 2 || got[0] != a.Pool || got[1] != a.Pool {
+		t.Fatalf("hook calls %v, want two for pool %v", got, a.Pool)
+	}
+	f.ix.SetLoadHook(nil)
+	f.ix.SetLoad(a, Load{}, f.clock.Now())
+	if len(got) != 2 {
+		t.Fatalf("hook called after removal: %v", got)
+	}
+}

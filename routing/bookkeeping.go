@@ -158,5 +158,8 @@ func (r *Router) End(d *Decision) {
 		if s := r.share(); s != nil {
 			s.Ended(d.sharedID)
 		}
+		if fc := r.flow.Load(); fc != nil {
+			fc.wake(d.Pool)
+		}
 	}
 }

@@ -69,3 +69,66 @@ func foreignWaiting(s *index.ReplicaState) float64 {
 	f := math.Max(0, s.Load.Running+s.Load.Waiting-float64(s.InFlightAtLoad))
 	return math.Min(f, s.Load.Waiting)
 }
+
+// Saturated reports whether pool is saturated for any request now: every
+// eligible replica inside subset (nil: all) is predicted to start a new
+// request's first token more than Flow.SaturationTTFT from now (cost with
+// no prompt of its own: the prefill queued ahead) or reports more than
+// Flow.SaturationWaiting waiting requests. It reads the index only (no
+// tokenizing, no lookup). A pool with no eligible replica is not saturated
+// (the decision rejects its requests at once) nor is an unknown pool.
+func (r *Router) Saturated(pool string, subset map[string]bool) bool {
+	p := r.poolNamed(pool)
+	if p == nil {
+		return false
+	}
+	return r.saturated(p, subset, nil, 0, 0)
+}
+
+// SaturatedFor is Saturated for the prepared request: each replica's
+// predicted time to first token includes the prefill of the request's
+// prompt tokens that replica does not hold (one index lookup).
+func (r *Router) SaturatedFor(pr *Prepared) bool {
+	if pr.pool == nil {
+		return false
+	}
+	var keys []index.BlockKey
+	if pr.how == prepKeys {
+		keys = pr.keys
+	}
+	return r.saturated(pr.pool, pr.subset, keys, pr.promptTokens, pr.blockSize)
+}
+
+// saturated is Saturated with a request of promptTokens whose block keys
+// (nil: none known) are looked up for each replica's uncached part.
+func (r *Router) saturated(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int) bool {
+	f := &r.o().Flow
+	var buf [64]candidate
+	cands := r.eligible(p, subset, buf[:0], nil)
+	if len(cands) == 0 {
+		return false
+	}
+	var matches []index.Match
+	if len(keys) > 0 {
+		mp := r.matches.Get().(*[]index.Match)
+		defer r.matches.Put(mp)
+		matches = r.ix.LookupRoute(p.ID, keys, (*mp)[:0])
+		*mp = matches[:0]
+	}
+	for i := range cands {
+		c := &cands[i]
+		uncached := float64(promptTokens)
+		for _, m := range matches {
+			if m.Replica == c.ep.Replica.ID {
+				uncached -= m.Weighted * float64(blockSize)
+				break
+			}
+		}
+		busy := (f.SaturationTTFT > 0 && r.cost(c, uncached) > f.SaturationTTFT.Seconds()) ||
+			(f.SaturationWaiting > 0 && c.state.Load.Waiting > f.SaturationWaiting)
+		if !busy {
+			return false
+		}
+	}
+	return true
+}

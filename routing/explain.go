@@ -45,6 +45,10 @@ type Explanation struct {
 	// never the request's bytes).
 	Status int    `json:"status,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Flow is the pool's flow control state: with it enabled and the pool
+	// saturated (or requests waiting), the request would wait before this
+	// decision was made.
+	Flow *FlowStatus `json:"flow,omitempty"`
 }
 
 // ExplainCandidate is one endpoint as the decision saw it.
@@ -279,7 +283,7 @@ func (rec *Recorder) Scores() string {
 // calls.
 func (r *Router) Explain(path string, body []byte) Explanation {
 	rec := &Recorder{explain: true}
-	d := r.decide(path, body, nil, rec)
+	d := r.DecideRecorded(path, body, nil, rec)
 	x := Explanation{
 		Pool: d.Pool, PromptTokens: max(d.PromptTokens, rec.promptTokens), PromptBlocks: len(d.Keys), BlockSize: rec.blockSize,
 		Candidates: rec.cands, MatchedTokens: d.MatchedTokens, Outcome: d.Outcome, Reason: d.Reason,
@@ -287,6 +291,11 @@ func (r *Router) Explain(path string, body []byte) Explanation {
 	}
 	if x.Candidates == nil {
 		x.Candidates = []ExplainCandidate{}
+	}
+	if fc := r.flow.Load(); fc != nil {
+		if fs, ok := fc.PoolStatus(d.Pool); ok {
+			x.Flow = &fs
+		}
 	}
 	if d.Endpoint != nil {
 		x.Pick, x.PickAddress, x.Cost = d.Endpoint.Name, d.Endpoint.Address, Figure(d.Cost)

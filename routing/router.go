@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
@@ -86,8 +87,46 @@ type RouterOptions struct {
 	Limits Limits
 	// MaxBytesInFlight bounds the bodies being tokenized and hashed at once
 	// across all streams (0: unbounded); a request that does not fit routes
-	// by load at once instead of waiting.
+	// by load at once instead of waiting. Requests waiting in flow
+	// control's queues hold their share of it.
 	MaxBytesInFlight int64
+	// Flow is flow control: requests held while their pool is saturated.
+	Flow FlowOptions
+}
+
+// FlowOptions configure flow control (config.FlowControl documents each).
+type FlowOptions struct {
+	// Enabled: requests of a saturated pool wait in its queue (FlowQueue)
+	// instead of being routed at once.
+	Enabled bool
+	// A pool is saturated when every eligible replica is predicted to
+	// start the request more than SaturationTTFT from now, or reports more
+	// than SaturationWaiting waiting requests (zero: that test is off).
+	SaturationTTFT    time.Duration
+	SaturationWaiting float64
+	// MaxQueued bounds each pool's queue (requests); its bytes are bounded
+	// by MaxBytesInFlight, the budget queued bodies hold.
+	MaxQueued int
+	// TTL is how long a request may wait; Bands overrides it by priority.
+	TTL   time.Duration
+	Bands map[int]time.Duration
+	// Objectives maps an objective name (the x-gateway-inference-objective
+	// header) to its priority; unknown or absent names are priority 0.
+	Objectives map[string]int
+	// ShedStatus is the HTTP status of a shed request, with Retry-After
+	// RetryAfter (rounded up to whole seconds).
+	ShedStatus int
+	RetryAfter time.Duration
+}
+
+// FlowLimits are the queue bounds of FlowOptions for one pool's FlowQueue.
+func (o *RouterOptions) FlowLimits() FlowLimits {
+	return FlowLimits{MaxQueued: o.Flow.MaxQueued, MaxBytes: o.MaxBytesInFlight, TTL: o.Flow.TTL, BandTTL: o.Flow.Bands}
+}
+
+// Priority is the priority of objective name ("" or unknown: 0).
+func (f *FlowOptions) Priority(objective string) int {
+	return f.Objectives[objective]
 }
 
 // Router makes the routing decision for parsed requests.
@@ -109,6 +148,8 @@ type Router struct {
 	sharer atomic.Pointer[Sharer]
 	// funnel, when set, counts where routed prompt tokens went (SetFunnel).
 	funnel atomic.Pointer[Funnel]
+	// flow, when set, is woken when capacity may have freed (NewFlowControl).
+	flow atomic.Pointer[FlowControl]
 }
 
 type modelRef struct {
@@ -184,7 +225,11 @@ func (r *Router) SetOptions(opts RouterOptions) { r.opts.Store(&opts) }
 // list they read. Addresses must be ip:port.
 func (r *Router) SetEndpoints(pool string, eps []Endpoint) error {
 	if p := r.poolNamed(pool); p != nil {
-		return p.setEndpoints(eps)
+		err := p.setEndpoints(eps)
+		if fc := r.flow.Load(); fc != nil {
+			fc.wake(pool)
+		}
+		return err
 	}
 	return fmt.Errorf("router: unknown pool %s", pool)
 }
@@ -252,15 +297,17 @@ func (d *Decision) Rejection() (status int, msg string) {
 
 // Decide picks an endpoint for a request. subset, when non-nil, restricts the
 // candidates to those addresses (the data plane's subset hint). body may be
-// nil for a header-only request.
+// nil for a header-only request. It is Prepare then DecidePrepared.
 func (r *Router) Decide(path string, body []byte, subset map[string]bool) Decision {
-	return r.decide(path, body, subset, nil)
+	pr := r.prepare(path, body, subset, nil)
+	return r.DecidePrepared(&pr, nil)
 }
 
 // DecideRecorded is Decide, recording what it weighs and when each step
 // ended into rec (NewRecorder).
 func (r *Router) DecideRecorded(path string, body []byte, subset map[string]bool, rec *Recorder) Decision {
-	return r.decide(path, body, subset, rec)
+	pr := r.prepare(path, body, subset, rec)
+	return r.DecidePrepared(&pr, rec)
 }
 
 // Recovered is the decision for a request whose decision panicked (a bug,
@@ -271,21 +318,94 @@ func (r *Router) Recovered(subset map[string]bool, err error) Decision {
 	return r.failOpen(nil, subset, ReasonInternalError, 500, err, nil)
 }
 
-// decide is Decide, recording every endpoint it weighs into rec when rec is
-// non-nil (Explain).
-func (r *Router) decide(path string, body []byte, subset map[string]bool, rec *Recorder) Decision {
+// Prepared is a request parsed, tokenized and hashed into block keys but not
+// yet decided: everything the decision needs that does not depend on the
+// index. Flow control holds it while the request waits and decides it when
+// capacity frees (DecidePrepared), with the index as it is then. It holds
+// its body's share of the in-flight decision budget
+// (RouterOptions.MaxBytesInFlight) until it is decided or discarded.
+type Prepared struct {
+	pool   *pool // nil: not known (bad JSON, an unknown model)
+	lora   string
+	subset map[string]bool
+	keys   []index.BlockKey
+	// promptTokens and blockSize are the prompt's length and the key size.
+	promptTokens int
+	blockSize    int
+	// keyed: it got as far as its token ids (the pool's parity check
+	// applies, as it did before keys).
+	keyed bool
+	// how decides it: by keys, by load for reason, or failOpen.
+	how    prepHow
+	reason string
+	status int
+	err    error
+	// held is the body bytes of the decision budget it holds.
+	held int
+	r    *Router
+}
+
+type prepHow uint8
+
+const (
+	prepKeys prepHow = iota // prefix and load, with keys
+	prepLoad                // by load for reason (err its cause)
+	prepFail                // failOpen(reason, status, err)
+)
+
+// Pool is the name of the request's pool (PoolUnknown when it has none: it
+// will be rejected or routed by load within the only pool).
+func (p *Prepared) Pool() string { return poolName(p.pool) }
+
+// PromptTokens is the prompt's length in tokens (0 when it was not
+// tokenized): the request's cost in fair sharing.
+func (p *Prepared) PromptTokens() int { return p.promptTokens }
+
+// Bytes is the body bytes it holds of the in-flight decision budget.
+func (p *Prepared) Bytes() int { return p.held }
+
+// Reason is why it will be routed by load or rejected; "" when it will be
+// decided on its block keys.
+func (p *Prepared) Reason() string {
+	if p.how == prepKeys {
+		return ""
+	}
+	return p.reason
+}
+
+// Discard releases a request that will not be decided (shed, or its client
+// went away). Discarding a decided request does nothing.
+func (p *Prepared) Discard() {
+	if p.held > 0 && p.r != nil {
+		p.r.release(p.held)
+	}
+	p.held = 0
+}
+
+// Prepare parses, tokenizes and hashes a request for DecidePrepared (see
+// Decide for the arguments). The Prepared must be decided or discarded.
+func (r *Router) Prepare(path string, body []byte, subset map[string]bool) Prepared {
+	return r.prepare(path, body, subset, nil)
+}
+
+// PrepareRecorded is Prepare, recording when each step ended into rec.
+func (r *Router) PrepareRecorded(path string, body []byte, subset map[string]bool, rec *Recorder) Prepared {
+	return r.prepare(path, body, subset, rec)
+}
+
+func (r *Router) prepare(path string, body []byte, subset map[string]bool, rec *Recorder) Prepared {
+	pr := Prepared{subset: subset, r: r}
 	if body == nil {
-		var p *pool
 		if len(r.pools) == 1 {
-			p = r.pools[0]
+			pr.pool = r.pools[0]
 		}
-		return r.byLoad(p, subset, ReasonNoBody, nil, rec)
+		return pr.byLoad(ReasonNoBody, nil)
 	}
 	req, err := ParseRequest(path, body, r.o().Limits)
 	rec.mark(stepParse)
 	if req == nil {
 		// Not a JSON object: no model, so no pool.
-		return r.failOpen(nil, subset, ReasonBadJSON, 400, err, rec)
+		return pr.fail(ReasonBadJSON, 400, err)
 	}
 	ref, ok := r.byModel[req.Model]
 	if !ok {
@@ -293,26 +413,26 @@ func (r *Router) decide(path string, body []byte, subset map[string]bool, rec *R
 			ref = modelRef{pool: r.pools[0]}
 		} else {
 			// The name is the client's: its length only, never its bytes.
-			return r.failOpen(nil, subset, ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(req.Model)), rec)
+			return pr.fail(ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(req.Model)))
 		}
 	}
-	p := ref.pool
+	pr.pool, pr.lora = ref.pool, ref.lora
 	switch {
 	case errors.Is(err, errPromptTooLarge):
-		return r.byLoad(p, subset, ReasonPromptTooLarge, nil, rec)
+		return pr.byLoad(ReasonPromptTooLarge, nil)
 	case errors.Is(err, errTooManyMessages):
-		return r.byLoad(p, subset, ReasonTooManyMessages, nil, rec)
+		return pr.byLoad(ReasonTooManyMessages, nil)
 	case errors.Is(err, errBadJSON):
-		return r.failOpen(p, subset, ReasonBadJSON, 400, err, rec)
+		return pr.fail(ReasonBadJSON, 400, err)
 	case err != nil:
-		return r.failOpen(p, subset, ReasonUnsupported, 400, err, rec)
+		return pr.fail(ReasonUnsupported, 400, err)
 	}
 	if !r.acquire(len(body)) {
-		return r.byLoad(p, subset, ReasonDecideBudget, nil, rec)
+		return pr.byLoad(ReasonDecideBudget, nil)
 	}
-	defer r.release(len(body))
+	pr.held = len(body)
 	idBuf := r.ids.Get().(*[]int)
-	ids, reason, err := r.tokens(p, req, (*idBuf)[:0], rec)
+	ids, reason, err := r.tokens(pr.pool, req, (*idBuf)[:0], rec)
 	rec.mark(stepTokenize)
 	defer func() {
 		// ids are dead once the keys are computed (the caches copy them).
@@ -323,56 +443,100 @@ func (r *Router) decide(path string, body []byte, subset map[string]bool, rec *R
 	}()
 	if err != nil || reason != "" {
 		if err != nil {
-			return r.failOpen(p, subset, reason, 400, err, rec)
+			return pr.fail(reason, 400, err)
 		}
-		return r.byLoad(p, subset, reason, nil, rec)
+		return pr.byLoad(reason, nil)
 	}
-	return r.decideIDs(p, ref.lora, req.CacheSalt, ids, subset, rec)
+	r.prepareIDs(&pr, req.CacheSalt, ids, rec)
+	return pr
+}
+
+func (pr Prepared) byLoad(reason string, err error) Prepared {
+	pr.how, pr.reason, pr.err = prepLoad, reason, err
+	return pr
+}
+
+func (pr Prepared) fail(reason string, status int, err error) Prepared {
+	pr.how, pr.reason, pr.status, pr.err = prepFail, reason, status, err
+	return pr
 }
 
 // DecideIDs routes a completion whose prompt token ids are already known,
 // for model (a served model or LoRA adapter name): the path Decide takes
 // after parsing and tokenizing a body. The fleet simulator calls it to skip
-// JSON; its decisions are Decide's.
+// JSON; its decisions are Decide's. It is PrepareIDs then DecidePrepared.
 func (r *Router) DecideIDs(model string, ids []int) Decision {
-	ref, ok := r.byModel[model]
-	if !ok {
-		return r.failOpen(nil, nil, ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(model)), nil)
-	}
-	if len(ids) == 0 {
-		return r.byLoad(ref.pool, nil, ReasonEmptyPrompt, nil, nil)
-	}
-	return r.decideIDs(ref.pool, ref.lora, "", ids, nil, nil)
+	pr := r.PrepareIDs(model, ids)
+	return r.DecidePrepared(&pr, nil)
 }
 
-func (r *Router) decideIDs(p *pool, lora, salt string, ids []int, subset map[string]bool, rec *Recorder) Decision {
-	if rec != nil {
-		rec.promptTokens = len(ids)
+// PrepareIDs is Prepare for a completion whose prompt token ids are known
+// (see DecideIDs). It holds none of the decision budget; ids are not kept.
+func (r *Router) PrepareIDs(model string, ids []int) Prepared {
+	pr := Prepared{r: r}
+	ref, ok := r.byModel[model]
+	if !ok {
+		return pr.fail(ReasonUnknownModel, 404, fmt.Errorf("model name of %d bytes is not served by any pool", len(model)))
 	}
-	if p.loadOnly.Load() {
-		return r.byLoad(p, subset, ReasonParityMismatch, nil, rec)
+	pr.pool, pr.lora = ref.pool, ref.lora
+	if len(ids) == 0 {
+		return pr.byLoad(ReasonEmptyPrompt, nil)
 	}
-	k, err := p.Keys.KeySet()
+	r.prepareIDs(&pr, "", ids, nil)
+	return pr
+}
+
+// prepareIDs computes the block keys of ids into pr (or the reason to route
+// by load or fail open).
+func (r *Router) prepareIDs(pr *Prepared, salt string, ids []int, rec *Recorder) {
+	pr.promptTokens, pr.keyed = len(ids), true
+	if pr.pool.loadOnly.Load() {
+		*pr = pr.byLoad(ReasonParityMismatch, nil)
+		return
+	}
+	k, err := pr.pool.Keys.KeySet()
 	if err != nil {
-		return r.failOpen(p, subset, ReasonHashError, 500, err, rec)
+		*pr = pr.fail(ReasonHashError, 500, err)
+		return
 	}
 	if k == nil {
-		return r.byLoad(p, subset, ReasonBlockSizeUnknown, nil, rec)
+		*pr = pr.byLoad(ReasonBlockSizeUnknown, nil)
+		return
 	}
-	if rec != nil {
-		rec.blockSize = k.BlockSize
-	}
-	keys, err := blockKeys(k, p.Keys.EngineKeys(), make([]index.BlockKey, 0, len(ids)/k.BlockSize), ids, blockhash.RequestKeys{LoRAName: lora, CacheSalt: salt})
+	pr.blockSize = k.BlockSize
+	keys, err := blockKeys(k, pr.pool.Keys.EngineKeys(), make([]index.BlockKey, 0, len(ids)/k.BlockSize), ids, blockhash.RequestKeys{LoRAName: pr.lora, CacheSalt: salt})
 	rec.mark(stepKeys)
 	if err != nil {
-		return r.failOpen(p, subset, ReasonHashError, 500, err, rec)
+		*pr = pr.fail(ReasonHashError, 500, err)
+		return
 	}
-	d := r.choose(p, subset, keys, len(ids), k.BlockSize, rec)
+	pr.how, pr.keys = prepKeys, keys
+}
+
+// DecidePrepared decides a prepared request with the index as it is now,
+// recording into rec when it is non-nil, and releases its share of the
+// decision budget. A Prepared is decided once.
+func (r *Router) DecidePrepared(pr *Prepared, rec *Recorder) Decision {
+	defer pr.Discard()
+	p := pr.pool
+	if rec != nil {
+		rec.promptTokens, rec.blockSize = pr.promptTokens, pr.blockSize
+	}
+	if pr.how != prepFail && pr.keyed && p.loadOnly.Load() {
+		return r.byLoad(p, pr.subset, ReasonParityMismatch, nil, rec)
+	}
+	switch pr.how {
+	case prepFail:
+		return r.failOpen(p, pr.subset, pr.reason, pr.status, pr.err, rec)
+	case prepLoad:
+		return r.byLoad(p, pr.subset, pr.reason, pr.err, rec)
+	}
+	d := r.choose(p, pr.subset, pr.keys, pr.promptTokens, pr.blockSize, rec)
 	if d.Endpoint == nil && d.Outcome != OutcomeRejected {
 		// Whatever the cost function, an eligible fleet gets an endpoint
 		// (a NaN cost compares with nothing).
 		rec.reset()
-		d = r.byLoad(p, subset, ReasonNoHit, nil, rec)
+		d = r.byLoad(p, pr.subset, ReasonNoHit, nil, rec)
 	}
 	return d
 }

@@ -52,6 +52,8 @@ type PoolView struct {
 	// (kvroute_prompt_tokens_total).
 	PromptTokens     map[string]int64 `json:"prompt_tokens"`
 	ParityMismatches []ParityFinding  `json:"parity_mismatches"`
+	// Flow is the pool's flow control state (routing.flow_control).
+	Flow *routing.FlowStatus `json:"flow,omitempty"`
 }
 
 // ReplicasView is the whole GET /debug/replicas answer.
@@ -79,6 +81,11 @@ func (s *Server) Replicas() ReplicasView {
 		}
 		if lp := s.fleet.pools[name]; lp != nil {
 			pv.IndexEntries = s.ix.Entries(lp.id)
+		}
+		if s.flow != nil {
+			if fs, ok := s.flow.PoolStatus(name); ok {
+				pv.Flow = &fs
+			}
 		}
 		v.Pools = append(v.Pools, pv)
 	}

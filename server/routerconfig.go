@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
@@ -54,6 +55,7 @@ func RouterOptions(r config.Routing) routing.RouterOptions {
 			MaxMessages:     r.MaxMessages,
 		},
 		MaxBytesInFlight: int64(r.MaxDecideBytesInFlight),
+		Flow:             flowOptions(r.FlowControl),
 	}
 }
 
@@ -68,6 +70,32 @@ func extprocOptions(r config.Routing) extproc.Options {
 		ScoresHeader:   r.ScoresHeader,
 		BodyMode:       r.BodyMode,
 	}
+}
+
+// flowOptions maps routing.flow_control onto the router's.
+func flowOptions(f config.FlowControl) routing.FlowOptions {
+	o := routing.FlowOptions{
+		Enabled:           f.Enabled,
+		SaturationTTFT:    f.SaturationTTFT.Std(),
+		SaturationWaiting: f.SaturationWaiting,
+		MaxQueued:         f.MaxQueued,
+		TTL:               f.TTL.Std(),
+		ShedStatus:        f.ShedStatus,
+		RetryAfter:        f.RetryAfter.Std(),
+	}
+	if len(f.Bands) > 0 {
+		o.Bands = make(map[int]time.Duration, len(f.Bands))
+		for _, b := range f.Bands {
+			o.Bands[b.Priority] = b.TTL.Std()
+		}
+	}
+	if len(f.Objectives) > 0 {
+		o.Objectives = make(map[string]int, len(f.Objectives))
+		for _, ob := range f.Objectives {
+			o.Objectives[ob.Name] = ob.Priority
+		}
+	}
+	return o
 }
 
 // serverTLS builds the ext_proc listener's TLS config (nil: plaintext); a

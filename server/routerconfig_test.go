@@ -2,6 +2,7 @@ package server
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/kvroute/kvroute/config"
@@ -16,26 +17,34 @@ import (
 func TestEveryRoutingSettingIsMapped(t *testing.T) {
 	base := config.Default().Routing
 	router, stream := RouterOptions(base), extprocOptions(base)
-	rt := reflect.TypeOf(base)
-	for i := range rt.NumField() {
-		f := rt.Field(i)
-		key := "routing." + yamlName(f)
-		changed := base
-		if !perturb(reflect.ValueOf(&changed).Elem().Field(i)) {
-			t.Errorf("%s: the test cannot change a %s; teach perturb its kind", key, f.Type)
-			continue
-		}
-		toRouter := !reflect.DeepEqual(RouterOptions(changed), router)
-		toStream := !reflect.DeepEqual(extprocOptions(changed), stream)
-		switch {
-		case !toRouter && !toStream:
-			t.Errorf("%s reaches neither RouterOptions nor extprocOptions (server/routerconfig.go)", key)
-		case config.Live(key) && !toRouter:
-			t.Errorf("%s is reload:\"live\" but does not reach RouterOptions, which a reload applies", key)
-		case !config.Live(key) && toRouter:
-			t.Errorf("%s reaches RouterOptions but is not reload:\"live\": a reload would apply it", key)
+	var walk func(prefix string, path []int, typ reflect.Type)
+	walk = func(prefix string, path []int, typ reflect.Type) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			key := prefix + yamlName(f)
+			at := append(slices.Clone(path), i)
+			if f.Type.Kind() == reflect.Struct && f.Type.NumField() > 0 && f.Type.Field(0).Tag.Get("yaml") != "" {
+				walk(key+".", at, f.Type) // a section: each of its settings
+				continue
+			}
+			changed := base
+			if !perturb(reflect.ValueOf(&changed).Elem().FieldByIndex(at)) {
+				t.Errorf("%s: the test cannot change a %s; teach perturb its kind", key, f.Type)
+				continue
+			}
+			toRouter := !reflect.DeepEqual(RouterOptions(changed), router)
+			toStream := !reflect.DeepEqual(extprocOptions(changed), stream)
+			switch {
+			case !toRouter && !toStream:
+				t.Errorf("%s reaches neither RouterOptions nor extprocOptions (server/routerconfig.go)", key)
+			case config.Live(key) && !toRouter:
+				t.Errorf("%s is reload:\"live\" but does not reach RouterOptions, which a reload applies", key)
+			case !config.Live(key) && toRouter:
+				t.Errorf("%s reaches RouterOptions but is not reload:\"live\": a reload would apply it", key)
+			}
 		}
 	}
+	walk("routing.", nil, reflect.TypeOf(base))
 }
 
 // yamlName is a field's key as written in the config file.
@@ -65,6 +74,9 @@ func perturb(v reflect.Value) bool {
 		} else {
 			v.SetString(config.BodyModeFullDuplex)
 		}
+	case reflect.Slice:
+		// One more entry (a zero one: a band or objective of priority 0).
+		v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
 	case reflect.Pointer:
 		if v.Type().Elem().Kind() != reflect.Bool {
 			return false

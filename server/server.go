@@ -66,8 +66,10 @@ type Server struct {
 	adminConns   prometheus.Gauge
 	panics       *panics.Counter
 	router       *routing.Router
-	fleet        *fleet
-	sources      []poolSource
+	// flow is flow control: one dispatcher per pool runs in Run.
+	flow    *routing.FlowControl
+	fleet   *fleet
+	sources []poolSource
 	// reloadMu serialises Reload; cfg is the running config.
 	reloadMu sync.Mutex
 	reload   *reloadMetrics
@@ -88,6 +90,7 @@ const (
 	panicIndex     = "index_sweeper"
 	panicIngest    = "ingest_run"
 	panicReadiness = "readiness_watch"
+	panicFlow      = "flow_dispatch"
 	panicServe     = "listener_serve"
 )
 
@@ -158,10 +161,11 @@ func New(opts Options) (*Server, error) {
 		log.Info("tracing decisions over OTLP", "endpoint", cfg.Tracing.Endpoint, "protocol", cfg.Tracing.Protocol,
 			"sample_ratio", cfg.Tracing.SampleRatio)
 	}
+	flow := routing.NewFlowControl(router, reg, nil)
 	epOpts := extprocOptions(cfg.Routing)
-	epOpts.Tracer, epOpts.Logger, epOpts.Metrics = tracer, log, extproc.NewMetrics(reg)
+	epOpts.Flow, epOpts.Tracer, epOpts.Logger, epOpts.Metrics = flow, tracer, log, extproc.NewMetrics(reg)
 	ep := extproc.NewServer(router, epOpts)
-	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router,
+	s := &Server{cfg: cfg, log: log, reg: reg, ix: ix, ingest: mgr, tls: tlsConf != nil, panics: panics.NewCounter(reg), router: router, flow: flow,
 		fleet: newFleet(lay, reg), reload: newReloadMetrics(reg), bind: cfg.Ingest.Bind != "", baseDir: opts.BaseDir,
 		stopTracing: stopTracing}
 	s.startParity(reg)
@@ -221,6 +225,11 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { s.parity.run(ctx) })
+	for _, pool := range s.flow.Pools() {
+		// Stopping sheds the pool's waiters, so the streams they hold end
+		// before the drain below waits for them.
+		wg.Go(func() { s.supervise(ctx, panicFlow, func() { s.flow.RunPool(ctx, pool) }) })
+	}
 	wg.Go(func() {
 		s.supervise(ctx, panicReadiness, func() { extproc.WatchReadiness(ctx, s.health, s.Ready, time.Second) })
 	})

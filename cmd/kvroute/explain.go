@@ -115,6 +115,14 @@ func printExplanation(w io.Writer, x *routing.Explanation) error {
 	if x.SlackBound > 0 {
 		fmt.Fprintf(w, "candidates costing up to %s s compete on cache turnover (SLACK yes); the least TURNOVER is picked\n", figure(x.SlackBound))
 	}
+	if f := x.Flow; f != nil {
+		wait := "would be decided at once"
+		if f.Enabled && (f.Saturated || f.Queued > 0) {
+			wait = "would wait for capacity first"
+		}
+		fmt.Fprintf(w, "flow control %s: pool %s, %d waiting; this request %s\n", onOff(f.Enabled),
+			map[bool]string{true: "saturated", false: "not saturated"}[f.Saturated], f.Queued, wait)
+	}
 	if len(x.Candidates) == 0 {
 		fmt.Fprintln(w, "no endpoint weighed (the decision ended before choosing a replica)")
 		return nil

@@ -30,7 +30,7 @@ func runStatus(ctx context.Context, args []string, io stdio) error {
 	fs.SetOutput(io.err)
 	fs.Usage = func() {
 		fmt.Fprintln(io.err, "usage: kvroute status --admin ADDR [--json]")
-		fmt.Fprintln(io.err, "  asks a running kvroute's admin listener for every pool and replica: health, parity checks with their evidence, where prompt tokens went, index size, event lag, replays and restarts")
+		fmt.Fprintln(io.err, "  asks a running kvroute's admin listener for every pool and replica: health, parity checks with their evidence, where prompt tokens went, flow control's queue, index size, event lag, replays and restarts")
 		fs.PrintDefaults()
 	}
 	admin := fs.String("admin", "", "the admin listener, host:port or http://host:port (listen.admin)")
@@ -82,6 +82,13 @@ func printStatus(w io.Writer, v *server.ReplicasView) error {
 			}
 		}
 		fmt.Fprintln(w)
+		if f := p.Flow; f != nil {
+			fmt.Fprintf(w, "flow control: %s, %s, %d waiting (%d body bytes)", onOff(f.Enabled), map[bool]string{true: "saturated", false: "not saturated"}[f.Saturated], f.Queued, f.Bytes)
+			for _, b := range f.Bands {
+				fmt.Fprintf(w, ", priority %d: %d", b.Priority, b.Queued)
+			}
+			fmt.Fprintln(w)
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprint(tw, "REPLICA\tRANK\tHEALTHY\tEVENTS\tBLOCKS\tLAG_S\tREPLAYS\tRESTARTS\tGAPS\tSCHEME_MISMATCHES")
 		for _, c := range statusChecks {
@@ -126,6 +133,13 @@ func printStatus(w io.Writer, v *server.ReplicasView) error {
 		}
 	}
 	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 func yesNo(b bool) string {

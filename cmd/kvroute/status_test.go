@@ -81,6 +81,7 @@ pools:
 		}
 	}
 	for _, want := range []string{"pool p: routing by prefix and load", "1 parity mismatches", "prompt tokens routed: 0",
+		"flow control: off, not saturated, 0 waiting (0 body bytes)",
 		"REPLICA", "TOKENS", "BLOCK_SIZE", "engine announces block_size", "the pool's is 16 (configured)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)
@@ -93,6 +94,9 @@ pools:
 	if err := json.Unmarshal(out.Bytes(), &v); err != nil || len(v.Pools) != 1 || len(v.Replicas) != 2 {
 		t.Fatalf("--json: %v: %s", err, out.String())
 	}
+	if f := v.Pools[0].Flow; f == nil || f.Enabled || f.Queued != 0 || f.Bands == nil {
+		t.Errorf("--json: flow %+v", f)
+	}
 	if st := v.Replicas[1].Parity["block_size"]; v.Replicas[1].Replica != "bad" || st.State != "mismatch" {
 		t.Errorf("--json: bad's block_size %+v", st)
 	}
@@ -103,7 +107,8 @@ pools:
 	}
 	if code := run(t.Context(), []string{"explain", "--admin", admin, "--path", "/v1/completions", "--body", bodyFile},
 		stdio{strings.NewReader(""), &out, &errOut}); code != 0 || !strings.Contains(out.String(), "parity mismatches in the pool") ||
-		!strings.Contains(out.String(), "bad block_size: engine announces") {
+		!strings.Contains(out.String(), "bad block_size: engine announces") ||
+		!strings.Contains(out.String(), "flow control off: pool not saturated, 0 waiting; this request would be decided at once") {
 		t.Errorf("explain exit %d: %s%s", code, out.String(), errOut.String())
 	}
 	out.Reset()

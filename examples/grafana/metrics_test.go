@@ -91,6 +91,11 @@ pools:
 	}); err != nil {
 		return nil, err
 	}
+	router, err := routing.NewRouter(ix, []routing.PoolConfig{{Name: "p", ID: pid, Keys: keys}}, routing.RouterOptions{})
+	if err != nil {
+		return nil, err
+	}
+	routing.NewFlowControl(router, rec, nil)
 	out := map[string][]string{}
 	for _, d := range rec.descs {
 		s := d.String()

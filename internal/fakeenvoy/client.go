@@ -50,6 +50,10 @@ type Config struct {
 	// MessageTimeout is the per-message timer (BUFFERED only; Envoy answers
 	// 504 when it fires). 0: 5 s.
 	MessageTimeout time.Duration
+	// MaxMessageTimeout is the filter's max_message_timeout: the longest
+	// override_message_timeout the server may ask for (0: overrides are
+	// ignored, Envoy's default).
+	MaxMessageTimeout time.Duration
 	// ChunkBytes splits the body into chunks in full-duplex mode. 0: 16 KiB.
 	ChunkBytes int
 	// SendProtocolConfig sends protocol_config on the first message (Envoy ≥ 1.40).
@@ -78,6 +82,8 @@ type Result struct {
 	Status    int
 	LocalBody string
 	Details   string
+	// LocalHeaders are a local reply's headers (an immediate response's).
+	LocalHeaders map[string]string
 	// Headers are the request headers after mutations.
 	Headers map[string]string
 	// Body is the body that goes upstream.
@@ -85,6 +91,11 @@ type Result struct {
 	ClearRouteCache bool
 	// Metadata is the dynamic metadata kept (receiving namespaces only).
 	Metadata map[string]*structpb.Struct
+	// TimeoutOverrides counts the override_message_timeout messages that
+	// restarted the message timer; TimeoutOverridesIgnored those Envoy
+	// ignores (its stats override_message_timeout_received and _ignored).
+	TimeoutOverrides        int
+	TimeoutOverridesIgnored int
 }
 
 // ErrSpurious marks a server message Envoy would reject as out of order.
@@ -277,27 +288,84 @@ type recvd struct {
 	err  error
 }
 
-// recv waits for the next server message; in BUFFERED mode the message timer
-// runs (504 when it fires, as Envoy's onMessageTimeout).
+// recv waits for the next server message that answers something; in
+// BUFFERED mode the message timer runs (504 when it fires, as Envoy's
+// onMessageTimeout).
+//
+// A message carrying override_message_timeout is only that, whatever else
+// it holds (ext_proc.cc onReceiveMessage checks it first and returns), and
+// Envoy's onNewTimeout and ProcessorState::restartMessageTimer decide its
+// fate: a duration that does not convert to milliseconds, or is below 1 ms,
+// or above max_message_timeout (so every one when max_message_timeout is 0)
+// is ignored; otherwise the running timer restarts with the new duration,
+// counted from now, once per message awaiting its answer (a second one is
+// ignored until the answer comes: new_timeout_received_ is cleared in
+// onFinishProcessorCall). With no timer running (FULL_DUPLEX_STREAMED)
+// restartMessageTimer finds none enabled and the override is ignored.
 func (ex *exchange) recv() (*extprocv3.ProcessingResponse, error) {
-	if ex.cfg.Mode == FullDuplex {
+	ch := make(chan recvd, 1)
+	next := func() {
+		go func() {
+			resp, err := ex.stream.Recv()
+			ch <- recvd{resp, err}
+		}()
+	}
+	var timeout <-chan time.Time
+	if ex.cfg.Mode != FullDuplex {
+		t := time.NewTimer(ex.cfg.MessageTimeout)
+		timeout = t.C
+		defer func() { t.Stop() }()
+		restart := func(d time.Duration) {
+			t.Stop()
+			t = time.NewTimer(d)
+			timeout = t.C
+		}
+		overridden := false
+		next()
+		for {
+			select {
+			case r := <-ch:
+				if r.err == nil && r.resp.GetOverrideMessageTimeout() != nil {
+					d, ok := overrideMillis(r.resp.GetOverrideMessageTimeout().AsDuration(), r.resp.GetOverrideMessageTimeout().IsValid(), ex.cfg.MaxMessageTimeout)
+					if !ok || overridden {
+						ex.res.TimeoutOverridesIgnored++
+					} else {
+						overridden = true
+						ex.res.TimeoutOverrides++
+						restart(d)
+					}
+					next()
+					continue
+				}
+				return r.resp, ex.streamErr(r.err)
+			case <-timeout:
+				ex.res.Status, ex.res.Details = 504, "ext_proc_error_per-message_timeout_exceeded"
+				return nil, fmt.Errorf("message timeout %s: the server did not answer", ex.cfg.MessageTimeout)
+			}
+		}
+	}
+	for {
 		resp, err := ex.stream.Recv()
+		if err == nil && resp.GetOverrideMessageTimeout() != nil {
+			ex.res.TimeoutOverridesIgnored++ // no message timer in this mode
+			continue
+		}
 		return resp, ex.streamErr(err)
 	}
-	ch := make(chan recvd, 1)
-	go func() {
-		resp, err := ex.stream.Recv()
-		ch <- recvd{resp, err}
-	}()
-	t := time.NewTimer(ex.cfg.MessageTimeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.resp, ex.streamErr(r.err)
-	case <-t.C:
-		ex.res.Status, ex.res.Details = 504, "ext_proc_error_per-message_timeout_exceeded"
-		return nil, fmt.Errorf("message timeout %s: the server did not answer", ex.cfg.MessageTimeout)
+}
+
+// overrideMillis is onNewTimeout's check of an override: whole milliseconds
+// (DurationUtil::durationToMillisecondsNoThrow truncates; a negative or
+// invalid duration fails), at least 1 ms and at most max_message_timeout.
+func overrideMillis(d time.Duration, valid bool, maxTimeout time.Duration) (time.Duration, bool) {
+	if !valid || d < 0 {
+		return 0, false
 	}
+	ms := d.Milliseconds()
+	if ms < 1 || ms > maxTimeout.Milliseconds() {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }
 
 // streamErr maps a stream end while Envoy waits: OK (io.EOF) means the server
@@ -438,6 +506,10 @@ func (ex *exchange) immediate(ir *extprocv3.ImmediateResponse) error {
 		code = 200
 	}
 	ex.res.Status, ex.res.LocalBody, ex.res.Details = code, string(ir.GetBody()), ir.GetDetails()
+	ex.res.LocalHeaders = map[string]string{}
+	for _, o := range ir.GetHeaders().GetSetHeaders() {
+		ex.res.LocalHeaders[strings.ToLower(o.GetHeader().GetKey())] = string(o.GetHeader().GetRawValue())
+	}
 	return errLocalReply
 }
 

@@ -136,6 +136,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, res Result) {
 	if res.Status != 0 {
 		w.Header().Set("content-type", "text/plain; charset=utf-8")
+		for k, v := range res.LocalHeaders {
+			w.Header().Set(k, v) // an immediate response's headers (Retry-After)
+		}
 		w.WriteHeader(res.Status)
 		_, _ = io.WriteString(w, res.LocalBody)
 		return

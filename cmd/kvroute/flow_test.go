@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/testdata"
+	"github.com/kvroute/kvroute/internal/vllmemu"
+	"github.com/kvroute/kvroute/tokenize"
+)
+
+// flowFleet runs two emulated engines of one sequence each (prefill at
+// prefillPerToken), `kvroute serve` over them with flow control on
+// (flowYAML is routing.flow_control's body) and a gateway that behaves as
+// envoy/envoy.yaml configures Envoy (200 ms message timeout, 30 s
+// max_message_timeout). It returns the gateway's URL and the admin address.
+func flowFleet(t *testing.T, prefillPerToken time.Duration, flowYAML string) (gateway, admin string) {
+	t.Helper()
+	dir := testdata.TokenizerDir(t, "qwen3")
+	tok, err := tokenize.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reps []string
+	for i := range 2 {
+		e, err := vllmemu.New(vllmemu.Options{Model: "m", Tokenizer: tok, BlockSize: 16, EventsEndpoint: "tcp://127.0.0.1:0",
+			MaxNumSeqs: 1, PrefillPerToken: prefillPerToken, DecodePerToken: 2 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: e.Handler()}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		addr := ln.Addr().String()
+		reps = append(reps, fmt.Sprintf("      - {name: e%d, address: %q, events: %q, metrics: \"http://%s/metrics\"}", i, addr, e.EventsEndpoint(), addr))
+	}
+	extProc, admin, _ := startServe(t, fmt.Sprintf(`
+listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+ingest: {scrape_interval: 100ms}
+routing:
+  prefill_tokens_per_second: 10
+  flow_control:
+%s
+pools:
+  - name: p
+    models: [m]
+    tokenizer: %q
+    block_size: 16
+    replicas:
+%s
+`, flowYAML, dir, strings.Join(reps, "\n")))
+	gw, err := fakeenvoy.NewGateway(extProc, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"},
+		MessageTimeout: 200 * time.Millisecond, MaxMessageTimeout: 30 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = gw.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + ln.Addr().String(), admin
+}
+
+type flowAnswer struct {
+	status     int
+	retryAfter string
+	took       time.Duration
+	err        error
+}
+
+func postCompletion(ctx context.Context, gateway, prompt string) flowAnswer {
+	start := time.Now()
+	body := fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":8}`, prompt)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gateway+"/v1/completions", strings.NewReader(body))
+	if err != nil {
+		return flowAnswer{err: err}
+	}
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return flowAnswer{err: err, took: time.Since(start)}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return flowAnswer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), took: time.Since(start)}
+}
+
+// adminMetric sums a metric's samples whose labels contain match.
+func adminMetric(t *testing.T, admin, name, match string) float64 {
+	t.Helper()
+	b, err := askAdmin(context.Background(), admin, 5*time.Second, http.MethodGet, "/metrics", nil, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	re := regexp.MustCompile(`^` + name + `(\{[^}]*\})? (\S+)$`)
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := re.FindStringSubmatch(line); m != nil && strings.Contains(m[1], match) {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// Over real sockets (emulated engines, kvroute serve, a gateway speaking
+// Envoy's ext_proc): a burst larger than the fleet waits in kvroute past
+// Envoy's 200 ms message timeout and every request is served, none shed.
+func TestFlowControlServesABurstAgainstServe(t *testing.T) {
+	gateway, admin := flowFleet(t, 500*time.Microsecond, "    enabled: true\n    saturation_ttft: 50ms\n    saturation_waiting: 0\n    ttl: 20s")
+	const n = 8
+	var wg sync.WaitGroup
+	answers := make([]flowAnswer, n)
+	for i := range n {
+		wg.Go(func() {
+			answers[i] = postCompletion(t.Context(), gateway, fmt.Sprintf("request %d: %s", i, strings.Repeat("the quick brown fox jumps over the lazy dog ", 12)))
+		})
+	}
+	wg.Wait()
+	for i, a := range answers {
+		if a.err != nil || a.status != http.StatusOK {
+			t.Errorf("request %d: status %d err %v after %v", i, a.status, a.err, a.took)
+		}
+	}
+	if got := adminMetric(t, admin, "kvroute_flow_released_total", `pool="p"`); got < 1 {
+		t.Errorf("released %v: no request waited", got)
+	}
+	if got := adminMetric(t, admin, "kvroute_flow_shed_total", `pool="p"`); got != 0 {
+		t.Errorf("shed %v", got)
+	}
+}
+
+// With the engines stalled (seconds per prompt) and the queue full, no request hangs: those that
+// wait are answered 429 with Retry-After within TTL + 100 ms, those that
+// find the queue full at once.
+func TestFlowControlShedsWhenEnginesStallAgainstServe(t *testing.T) {
+	gateway, admin := flowFleet(t, 100*time.Millisecond, "    enabled: true\n    saturation_ttft: 50ms\n    saturation_waiting: 0\n    ttl: 300ms\n    max_queued: 2\n    retry_after: 2s")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	prompt := func(i int) string {
+		// About 60 tokens: the two routed ones count as 6 s of queued
+		// prefill (prefill_tokens_per_second 10), so the pool stays
+		// saturated however slowly the test runs.
+		return fmt.Sprintf("stall %d: %s", i, strings.Repeat("lorem ipsum dolor sit amet ", 10))
+	}
+	// One request per engine: each takes seconds of prefill there.
+	for i := range 2 {
+		go postCompletion(ctx, gateway, prompt(i))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for adminMetric(t, admin, "kvroute_route_decisions_total", `pool="p"`) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first two requests were not routed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	answers := make([]flowAnswer, 4)
+	for i := range 4 {
+		wg.Go(func() { answers[i] = postCompletion(ctx, gateway, prompt(10+i)) })
+		time.Sleep(20 * time.Millisecond) // in order: two wait, two find the queue full
+	}
+	wg.Wait()
+	// The TTL runs from when a request is queued; what comes before (HTTP,
+	// the gateway, tokenizing) is what a request answered at once takes.
+	overhead := max(answers[2].took, answers[3].took)
+	for i, a := range answers {
+		if a.err != nil || a.status != http.StatusTooManyRequests || a.retryAfter != "2" {
+			t.Errorf("request %d: status %d Retry-After %q err %v", i, a.status, a.retryAfter, a.err)
+		}
+		if i < 2 && a.took > 400*time.Millisecond+overhead {
+			t.Errorf("request %d answered after %v, over TTL + 100 ms + %v (a request answered at once)", i, a.took, overhead)
+		}
+	}
+	t.Logf("answered after %v, %v (TTL 300 ms), queue full after %v, %v", answers[0].took, answers[1].took, answers[2].took, answers[3].took)
+	for reason, want := range map[string]float64{"ttl": 2, "queue_full": 2} {
+		if got := adminMetric(t, admin, "kvroute_flow_shed_total", `reason="`+reason+`"`); got != want {
+			t.Errorf("shed %s: %v, want %v", reason, got, want)
+		}
+	}
+}
