@@ -107,6 +107,75 @@ type Result struct {
 	Virtual      time.Duration // simulated time until the last request finished
 	Wall         time.Duration
 	Decisions    map[string]int // kvroute's outcome/reason counts
+	// FlowControl says kvroute held requests while the fleet was
+	// saturated. Shed counts, by reason, the requests it answered without
+	// serving (429: neither served nor an error; their TTFT is not in
+	// TTFT); Held is how many requests waited in its queue, Wait each one's
+	// wait until it was decided or shed.
+	FlowControl bool
+	Shed        map[string]int
+	Held        int
+	Wait        []time.Duration
+	// Tenants breaks the run down by tenant, for sources whose requests
+	// name one (Record.Tenant).
+	Tenants map[string]*TenantResult
+}
+
+// TenantResult is one tenant's part of a run.
+type TenantResult struct {
+	// Priority is the priority of the tenant's first request.
+	Priority                int
+	Requests, Shed, Errors  int
+	TTFT                    []time.Duration
+	PromptTokens, HitTokens int64
+	// prefills is, per served request, when its prefill ended and the
+	// uncached prompt tokens it prefilled.
+	prefills []prefillMark
+}
+
+type prefillMark struct {
+	at     time.Duration // since the run's start
+	tokens int64
+}
+
+// Prefilled is the uncached prompt tokens of the tenant's requests whose
+// prefill ended within [from, to) of the run.
+func (t *TenantResult) Prefilled(from, to time.Duration) int64 {
+	var n int64
+	for _, m := range t.prefills {
+		if m.at >= from && m.at < to {
+			n += m.tokens
+		}
+	}
+	return n
+}
+
+// Percentile is the q-quantile of the tenant's TTFT.
+func (t *TenantResult) Percentile(q float64) time.Duration { return routebench.NearestRank(t.TTFT, q) }
+
+// tenant is c's TenantResult, made on its first request.
+func (r *Result) tenant(c Class) *TenantResult {
+	if r.Tenants == nil {
+		r.Tenants = map[string]*TenantResult{}
+	}
+	t := r.Tenants[c.Tenant]
+	if t == nil {
+		t = &TenantResult{Priority: c.Priority}
+		r.Tenants[c.Tenant] = t
+	}
+	return t
+}
+
+// Served is how many requests got their first token.
+func (r *Result) Served() int { return len(r.TTFT) }
+
+// ShedTotal is how many requests flow control shed, for any reason.
+func (r *Result) ShedTotal() int {
+	n := 0
+	for _, v := range r.Shed {
+		n += v
+	}
+	return n
 }
 
 // HitRate is the token-level prefix-cache hit rate.
@@ -163,6 +232,27 @@ type prefillWatcher interface {
 	prefilled(now time.Time, id int)
 }
 
+// flowPicker is a picker that may hold a request instead of deciding it at
+// arrival: kvroute with flow control, whose queue is the routing package's.
+type flowPicker interface {
+	picker
+	// offer decides request id now (held false: e or err as pick's), or
+	// queues it (held true).
+	offer(now time.Time, id int, tokens []int, c Class) (e int, held bool, err error)
+	// release decides the held requests that capacity now allows, calling
+	// place with each one's engine (or the decision's error), and sheds
+	// the expired or displaced, calling shed with each one's reason.
+	release(now time.Time, place func(id, e int, err error), shed func(id int, reason string))
+	// deadline is when the next held request expires (ok false: never).
+	deadline() (at time.Time, ok bool)
+}
+
+// heldRequest is a request waiting in flow control's queue.
+type heldRequest struct {
+	tokens    []int
+	maxTokens int
+}
+
 // Run simulates one policy over src.
 func Run(src Source, policy string, o Options) (*Result, error) {
 	start := time.Now()
@@ -202,9 +292,16 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Name: policy, PerEngine: make([]int, engines)}
+	fp, _ := p.(flowPicker)
+	if fp != nil {
+		res.FlowControl = true
+		res.Shed = map[string]int{}
+	}
 	inFlight := make([]int, engines)
 	engineOf := map[int]int{}
 	arrival := map[int]time.Time{}
+	tenant := map[int]*TenantResult{} // of requests in flight or held, when the source has tenants
+	held := map[int]heldRequest{}
 	now := epoch
 	nextScrape := epoch
 	if o.ScrapeInterval <= 0 {
@@ -213,9 +310,18 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 	stats := make([]vllmemu.Stats, engines)
 	var evErr error
 	first := func(q *vllmemu.VirtualRequest) {
-		res.TTFT = append(res.TTFT, q.FirstToken().Sub(q.Arrival()))
+		// From the request's arrival at the router: a held request's wait
+		// is part of its TTFT.
+		ttft := q.FirstToken().Sub(arrival[q.ID])
+		res.TTFT = append(res.TTFT, ttft)
 		res.PromptTokens += int64(q.PromptTokens())
 		res.HitTokens += int64(q.HitTokens())
+		if t := tenant[q.ID]; t != nil {
+			t.TTFT = append(t.TTFT, ttft)
+			t.PromptTokens += int64(q.PromptTokens())
+			t.HitTokens += int64(q.HitTokens())
+			t.prefills = append(t.prefills, prefillMark{at: q.FirstToken().Sub(epoch), tokens: int64(q.PromptTokens() - q.HitTokens())})
+		}
 		if w, ok := p.(prefillWatcher); ok {
 			w.prefilled(now, q.ID)
 		}
@@ -225,11 +331,59 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 		inFlight[e]--
 		delete(engineOf, q.ID)
 		delete(arrival, q.ID)
+		delete(tenant, q.ID)
 		p.done(now, q.ID)
+	}
+	fail := func(id int) {
+		res.Errors++
+		if t := tenant[id]; t != nil {
+			t.Errors++
+		}
+		delete(arrival, id)
+		delete(tenant, id)
+	}
+	// submit hands request id, decided for engine e, to that engine.
+	submit := func(id, e int, tokens []int, maxTokens int) {
+		if _, err := eng[e].Submit(now, id, tokens, maxTokens); err != nil {
+			fail(id)
+			p.done(now, id)
+			return
+		}
+		inFlight[e]++
+		engineOf[id] = e
+		res.PerEngine[e]++
+		eng[e].Start(now)
+	}
+	// release decides the held requests capacity now allows and sheds the
+	// expired (flow control).
+	release := func() {
+		if fp == nil || len(held) == 0 {
+			return
+		}
+		fp.release(now, func(id, e int, err error) {
+			h := held[id]
+			delete(held, id)
+			res.Wait = append(res.Wait, now.Sub(arrival[id]))
+			if err != nil {
+				fail(id)
+				return
+			}
+			submit(id, e, h.tokens, h.maxTokens)
+		}, func(id int, reason string) {
+			delete(held, id)
+			res.Wait = append(res.Wait, now.Sub(arrival[id]))
+			res.Shed[reason]++
+			if t := tenant[id]; t != nil {
+				t.Shed++
+			}
+			delete(arrival, id)
+			delete(tenant, id)
+		})
 	}
 	next, n := 0, src.Len()
 	for {
-		// The earliest event: an engine's step end, a scrape, an arrival.
+		// The earliest event: an engine's step end, a scrape, a held
+		// request's deadline, an arrival (in that order at equal times).
 		stepAt, stepE := time.Time{}, -1
 		for i, v := range eng {
 			if busy, t := v.Busy(); busy && (stepE < 0 || t.Before(stepAt)) {
@@ -240,11 +394,17 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 		if haveArr {
 			arrAt = epoch.Add(src.At(next))
 		}
-		if stepE < 0 && !haveArr {
+		dueAt, haveDue := time.Time{}, false
+		if fp != nil && len(held) > 0 {
+			dueAt, haveDue = fp.deadline()
+		}
+		if stepE < 0 && !haveArr && len(held) == 0 {
 			break
 		}
+		// before reports whether an event at t comes before the arrival.
+		before := func(t time.Time) bool { return !haveArr || !arrAt.Before(t) }
 		switch {
-		case stepE >= 0 && (!haveArr || !arrAt.Before(stepAt)) && !nextScrape.Before(stepAt):
+		case stepE >= 0 && before(stepAt) && !nextScrape.Before(stepAt) && (!haveDue || !dueAt.Before(stepAt)):
 			now = stepAt
 			v := eng[stepE]
 			if payload := v.Finish(first, done); payload != nil {
@@ -253,34 +413,48 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 				}
 			}
 			v.Start(now)
-		case !haveArr || nextScrape.Before(arrAt) || nextScrape.Equal(arrAt):
+			release()
+		case before(nextScrape) && (!haveDue || !dueAt.Before(nextScrape)):
 			now = nextScrape
 			for i, v := range eng {
 				stats[i] = v.Stats()
 			}
 			p.scrape(now, stats)
 			nextScrape = nextScrape.Add(o.ScrapeInterval)
+			release()
+		case haveDue && before(dueAt):
+			now = dueAt
+			release()
 		default:
 			now = arrAt
 			id := next
 			next++
 			tokens, maxTokens := src.Prompt(id)
 			res.Requests++
-			e, err := p.pick(now, id, tokens, inFlight)
-			if err != nil {
-				res.Errors++
-				continue
-			}
-			if _, err := eng[e].Submit(now, id, tokens, maxTokens); err != nil {
-				res.Errors++
-				p.done(now, id)
-				continue
-			}
-			inFlight[e]++
-			engineOf[id] = e
 			arrival[id] = now
-			res.PerEngine[e]++
-			eng[e].Start(now)
+			if c := classOf(src, id); c.Tenant != "" {
+				tenant[id] = res.tenant(c)
+				tenant[id].Requests++
+			}
+			var e int
+			var err error
+			if fp != nil {
+				var wait bool
+				e, wait, err = fp.offer(now, id, tokens, classOf(src, id))
+				if wait {
+					res.Held++
+					held[id] = heldRequest{tokens: tokens, maxTokens: maxTokens}
+					release() // a full queue sheds at once
+					break
+				}
+			} else {
+				e, err = p.pick(now, id, tokens, inFlight)
+			}
+			if err != nil {
+				fail(id)
+				continue
+			}
+			submit(id, e, tokens, maxTokens)
 			if o.Progress != nil && o.ProgressInterval > 0 && time.Since(lastLine) >= o.ProgressInterval {
 				lastLine = time.Now()
 				fmt.Fprintf(o.Progress, "sim %s: %d of %d requests, %.0f s of the trace, %.0f s so far\n",

@@ -25,6 +25,13 @@ type Record struct {
 	InputLength  int     `json:"input_length"`
 	OutputLength int     `json:"output_length"`
 	HashIDs      []int64 `json:"hash_ids"`
+	// Priority and Tenant are kvroute-bench's additions to the format (a
+	// Mooncake trace has neither): the request's priority (higher is more
+	// important, as an InferenceObjective's) and its fairness key. Flow
+	// control orders held requests by them; the results break down by
+	// tenant.
+	Priority int    `json:"priority,omitempty"`
+	Tenant   string `json:"tenant,omitempty"`
 }
 
 // Bounds on a trace line: the trace is input, checked before use.
@@ -32,6 +39,8 @@ const (
 	maxLineBytes   = 4 << 20
 	maxInputTokens = 1 << 20
 	maxOutput      = 1 << 16
+	maxPriority    = 1 << 20
+	maxTenantBytes = 64
 )
 
 // TraceBlockTokens is the size of one hash id's block in Mooncake traces.
@@ -91,6 +100,10 @@ func (r *Record) check() error {
 		return fmt.Errorf("output_length %d not within 0..%d", r.OutputLength, maxOutput)
 	case len(r.HashIDs) != (r.InputLength+TraceBlockTokens-1)/TraceBlockTokens:
 		return fmt.Errorf("%d hash_ids for input_length %d (want one per %d tokens)", len(r.HashIDs), r.InputLength, TraceBlockTokens)
+	case r.Priority < -maxPriority || r.Priority > maxPriority:
+		return fmt.Errorf("priority not within %d..%d", -maxPriority, maxPriority)
+	case len(r.Tenant) > maxTenantBytes:
+		return fmt.Errorf("tenant of %d bytes (at most %d)", len(r.Tenant), maxTenantBytes)
 	}
 	for _, h := range r.HashIDs {
 		if h < 0 {
@@ -105,6 +118,7 @@ type Request struct {
 	At        time.Duration
 	Tokens    []int
 	MaxTokens int
+	Class     Class
 }
 
 // Source yields a run's requests in arrival order; Prompt builds a
@@ -118,6 +132,27 @@ type Source interface {
 	// hold, given every request before it (whole blocks of blockSize
 	// tokens, never the last prompt token, as vLLM).
 	IdealHit(i, blockSize int) int
+}
+
+// Class is a request's priority (higher is more important) and fairness
+// key (its tenant; "" is the default flow).
+type Class struct {
+	Priority int
+	Tenant   string
+}
+
+// classedSource is a Source whose requests carry classes; a Source without
+// Class puts every request in the zero Class.
+type classedSource interface {
+	Class(i int) Class
+}
+
+// classOf is request i's class.
+func classOf(src Source, i int) Class {
+	if c, ok := src.(classedSource); ok {
+		return c.Class(i)
+	}
+	return Class{}
 }
 
 // TraceSource replays a Mooncake trace: every hash id gets its own
@@ -148,6 +183,11 @@ func (t *TraceSource) At(i int) time.Duration {
 		s = 1
 	}
 	return time.Duration(float64(t.Records[i].Timestamp) * float64(time.Millisecond) / s)
+}
+
+// Class is request i's priority and tenant, as its record gives them.
+func (t *TraceSource) Class(i int) Class {
+	return Class{Priority: t.Records[i].Priority, Tenant: t.Records[i].Tenant}
 }
 
 // Prompt implements Source.
@@ -230,6 +270,9 @@ func (s SliceSource) Len() int { return len(s) }
 
 // At implements Source.
 func (s SliceSource) At(i int) time.Duration { return s[i].At }
+
+// Class is request i's class.
+func (s SliceSource) Class(i int) Class { return s[i].Class }
 
 // Prompt implements Source.
 func (s SliceSource) Prompt(i int) ([]int, int) { return s[i].Tokens, max(s[i].MaxTokens, 1) }
