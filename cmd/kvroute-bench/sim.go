@@ -17,7 +17,10 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	o := fleetsim.DefaultOptions()
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(io.err)
-	trace := fs.String("trace", "", "Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids of 512-token blocks); required")
+	trace := fs.String("trace", "", "Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids of 512-token blocks; optional priority and tenant); this or --family is required")
+	family := fs.String("family", "", "instead of --trace: a generated workload family ("+strings.Join(familyNames(), ", ")+"), drawn with --seed")
+	tenants := fs.String("tenants", "", "replay only the requests of these tenants, comma-separated (e.g. priority-flood's interactive flow alone)")
+	fs.BoolVar(&o.FlowControl, "flow-control", false, "run kvroute with flow control on (routing.flow_control.enabled; the rest of routing.flow_control at its defaults unless --routing sets it): requests wait in kvroute while the fleet is saturated and are shed past their TTL")
 	out := fs.String("out", "sim-results", "directory for results.json, results.md and results.svg")
 	policies := fs.String("policies", strings.Join(fleetsim.AllPolicies, ","), "policies to compare, comma-separated")
 	limit := fs.Int("requests", 0, "replay only the first N requests (0 = all)")
@@ -49,14 +52,19 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if fs.NArg() > 0 || *trace == "" || o.Engines < 1 || o.Engines > engine.MaxRanks || o.Gateways < 1 || o.Gateways > 16 {
-		fmt.Fprintln(io.err, "kvroute-bench sim: --trace FILE is required; --engines within 1..64, --gateways within 1..16")
+	if fs.NArg() > 0 || (*trace == "") == (*family == "") || o.Engines < 1 || o.Engines > engine.MaxRanks || o.Gateways < 1 || o.Gateways > 16 {
+		fmt.Fprintln(io.err, "kvroute-bench sim: one of --trace FILE and --family NAME is required; --engines within 1..64, --gateways within 1..16")
 		fs.Usage()
 		return errUsage
 	}
-	recs, err := fleetsim.ReadTrace(*trace)
+	recs, err := simRecords(*trace, *family, o.Seed)
 	if err != nil {
 		return err
+	}
+	if *tenants != "" {
+		if recs = fleetsim.KeepTenants(recs, splitList(*tenants)); len(recs) == 0 {
+			return fmt.Errorf("no request of tenants %s", *tenants)
+		}
 	}
 	if *from < 0 || *from >= len(recs) || *blockTokens < 0 {
 		return fmt.Errorf("--from must be within 0..%d, --block-tokens at least 0", len(recs)-1)
@@ -80,15 +88,41 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	if err := untilDone(ctx, func() (err error) { rep, err = fleetsim.RunAll(src, splitList(*policies), o); return err }); err != nil {
 		return err
 	}
-	header := fmt.Sprintf("Fleet simulation: %d requests, %d engines × %d blocks × %d tokens\n\n"+
+	flow := ""
+	if o.FlowControl {
+		flow = ", kvroute with flow control"
+	}
+	header := fmt.Sprintf("Fleet simulation: %d requests, %d engines × %d blocks × %d tokens%s\n\n"+
 		"`kvroute-bench sim %s` (wall %s)\n\n",
-		len(recs), o.Engines, o.KVBlocks, o.BlockSize, strings.Join(args, " "), time.Since(start).Round(time.Second))
+		len(recs), o.Engines, o.KVBlocks, o.BlockSize, flow, strings.Join(args, " "), time.Since(start).Round(time.Second))
 	if err := rep.Write(*out, header); err != nil {
 		return err
 	}
 	rep.WriteMarkdown(io.out)
 	fmt.Fprintf(io.out, "\nwrote %s/results.json, results.md, results.svg\n", *out)
 	return nil
+}
+
+// simRecords is the trace read from path, or the named family drawn at
+// seed.
+func simRecords(path, family string, seed uint64) ([]fleetsim.Record, error) {
+	if path != "" {
+		return fleetsim.ReadTrace(path)
+	}
+	for _, f := range append(fleetsim.DefaultFamilies(), fleetsim.GoalFamilies()...) {
+		if f.Name == family {
+			return f.Generate(seed)
+		}
+	}
+	return nil, fmt.Errorf("unknown --family %q (known: %s)", family, strings.Join(familyNames(), ", "))
+}
+
+func familyNames() []string {
+	var names []string
+	for _, f := range append(fleetsim.DefaultFamilies(), fleetsim.GoalFamilies()...) {
+		names = append(names, f.Name)
+	}
+	return names
 }
 
 // untilDone runs fn on its own goroutine and returns its error, or ctx's

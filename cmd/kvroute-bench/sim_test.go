@@ -111,3 +111,42 @@ func TestSimSaysWhatHappenedInWords(t *testing.T) {
 		t.Errorf("no decision summary in words:\n%s", out)
 	}
 }
+
+// TestSimFamilyAndTenants replays a goal family with --family, cut to one
+// tenant by --tenants: every request replayed is that tenant's, and
+// results.json breaks the run down by tenant.
+func TestSimFamilyAndTenants(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "sim", "--family", "priority-flood", "--tenants", "interactive", "--requests", "40",
+		"--engines", "2", "--policies", "round-robin", "--quiet", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "| round-robin | interactive | 1 | 40 | 40 | 0 |") {
+		t.Errorf("no tenant table:\n%s", stdout)
+	}
+	_, raw := readSimResults(t, out)
+	var r struct {
+		Policies []struct {
+			Shed    *int `json:"shed"`
+			Tenants []struct {
+				Tenant   string `json:"tenant"`
+				Requests int    `json:"requests"`
+			} `json:"tenants"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	if p := r.Policies[0]; p.Shed == nil || *p.Shed != 0 || len(p.Tenants) != 1 || p.Tenants[0].Tenant != "interactive" || p.Tenants[0].Requests != 40 {
+		t.Errorf("results.json %s", raw)
+	}
+	for _, args := range [][]string{{"sim", "--family", "nope"}, {"sim", "--family", "tenant-pair", "--tenants", "nobody"}} {
+		if code, _, errs := runCmd(t, append(args, "--out", t.TempDir())...); code != 1 || errs == "" {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
+		}
+	}
+	if code, _, errs := runCmd(t, "sim", "--family", "tenant-pair", "--trace", "x"); code != 2 || errs == "" {
+		t.Errorf("--family with --trace: exit %d, stderr %q", code, errs)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/routebench"
 )
 
 // Report is a simulation's outcome: every policy, and the two ceilings.
@@ -60,6 +62,32 @@ type jsonPolicy struct {
 	TTFTP99      float64 `json:"ttft_p99_ms"`
 	Requests     int     `json:"requests"`
 	Errors       int     `json:"errors"`
+	// Shed is the requests flow control answered 429 instead of serving
+	// (ShedByReason breaks it down); TTFT quantiles are of served requests.
+	Shed         int            `json:"shed"`
+	ShedByReason map[string]int `json:"shed_by_reason,omitempty"`
+	FlowControl  bool           `json:"flow_control,omitempty"`
+	Held         int            `json:"held,omitempty"`
+	Tenants      []jsonTenant   `json:"tenants,omitempty"`
+}
+
+// jsonTenant is one tenant's part of a policy's run.
+type jsonTenant struct {
+	Tenant       string  `json:"tenant"`
+	Priority     int     `json:"priority"`
+	Requests     int     `json:"requests"`
+	Served       int     `json:"served"`
+	Shed         int     `json:"shed"`
+	Errors       int     `json:"errors"`
+	TokenHitRate float64 `json:"token_hit_rate"`
+	TTFTP50      float64 `json:"ttft_p50_ms"`
+	TTFTP90      float64 `json:"ttft_p90_ms"`
+	TTFTP99      float64 `json:"ttft_p99_ms"`
+	// PrefilledTokens is the uncached prompt tokens its served requests
+	// prefilled; PrefilledUntilLastArrival those prefilled before the
+	// run's last arrival (while every tenant was sending).
+	PrefilledTokens           int64 `json:"prefilled_tokens"`
+	PrefilledUntilLastArrival int64 `json:"prefilled_until_last_arrival"`
 }
 
 type jsonReport struct {
@@ -77,19 +105,44 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 		out.PooledHitRate = rep.Pooled.HitRate()
 	}
 	for _, r := range rep.Results {
-		out.Policies = append(out.Policies, jsonPolicy{Name: r.Name, TokenHitRate: r.HitRate(),
+		jp := jsonPolicy{Name: r.Name, TokenHitRate: r.HitRate(),
 			TTFTP50: msOf(r.Percentile(0.5)), TTFTP90: msOf(r.Percentile(0.9)), TTFTP99: msOf(r.Percentile(0.99)),
-			Requests: r.Requests, Errors: r.Errors})
+			Requests: r.Requests, Errors: r.Errors, Shed: r.ShedTotal(), ShedByReason: r.Shed, FlowControl: r.FlowControl, Held: r.Held}
+		for _, name := range r.tenantNames() {
+			t := r.Tenants[name]
+			jp.Tenants = append(jp.Tenants, jsonTenant{Tenant: name, Priority: t.Priority, Requests: t.Requests, Served: len(t.TTFT),
+				Shed: t.Shed, Errors: t.Errors, TokenHitRate: ratio(t.HitTokens, t.PromptTokens),
+				TTFTP50: msOf(t.Percentile(0.5)), TTFTP90: msOf(t.Percentile(0.9)), TTFTP99: msOf(t.Percentile(0.99)),
+				PrefilledTokens: t.PromptTokens - t.HitTokens, PrefilledUntilLastArrival: t.Prefilled(0, r.LastArrival+1)})
+		}
+		out.Policies = append(out.Policies, jp)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
 }
 
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// tenantNames is the run's tenants in name order.
+func (r *Result) tenantNames() []string {
+	names := make([]string, 0, len(r.Tenants))
+	for name := range r.Tenants {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // WriteMarkdown writes the results table.
 func (rep *Report) WriteMarkdown(w io.Writer) {
-	fmt.Fprintln(w, "| policy | token hit rate | TTFT p50 | TTFT p90 | TTFT p99 | requests | errors | imbalance (max/mean) | wall |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| policy | token hit rate | TTFT p50 | TTFT p90 | TTFT p99 | requests | errors | shed | imbalance (max/mean) | wall |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	rows := append([]*Result(nil), rep.Results...)
 	if rep.Pooled != nil {
 		rows = append(rows, rep.Pooled)
@@ -98,9 +151,11 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 		name := r.Name
 		if r == rep.Pooled {
 			name = "pooled bound (1 engine, whole fleet's KV)"
+		} else {
+			name = r.label()
 		}
-		fmt.Fprintf(w, "| %s | %.1f %% | %.0f ms | %.0f ms | %.0f ms | %d | %d | %.2f | %.0f s |\n", name, 100*r.HitRate(),
-			msOf(r.Percentile(0.5)), msOf(r.Percentile(0.9)), msOf(r.Percentile(0.99)), r.Requests, r.Errors, r.Imbalance(), r.Wall.Seconds())
+		fmt.Fprintf(w, "| %s | %.1f %% | %.0f ms | %.0f ms | %.0f ms | %d | %d | %d | %.2f | %.0f s |\n", name, 100*r.HitRate(),
+			msOf(r.Percentile(0.5)), msOf(r.Percentile(0.9)), msOf(r.Percentile(0.99)), r.Requests, r.Errors, r.ShedTotal(), r.Imbalance(), r.Wall.Seconds())
 	}
 	fmt.Fprintf(w, "\nIdeal (infinite cache) hit rate: %.1f %%.", 100*rep.Ideal)
 	if rep.Pooled != nil {
@@ -108,11 +163,72 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	for _, r := range rep.Results {
+		if r.FlowControl {
+			fmt.Fprintf(w, "\n%s\n", flowSummary(r))
+		}
 		if len(r.Decisions) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s\n", decisionSummary(r))
 	}
+	rep.writeTenants(w)
+}
+
+// flowSummary says in words what flow control did: how many requests
+// waited and how long, how many were served and how many shed, and why.
+func flowSummary(r *Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s with flow control: of %d requests %d were served, %d shed and %d errors; %d waited in its queue",
+		r.Name, r.Requests, r.Served(), r.ShedTotal(), r.Errors, r.Held)
+	if len(r.Wait) > 0 {
+		fmt.Fprintf(&b, " (wait p50 %.0f ms, p99 %.0f ms, longest %.0f ms)", msOf(routebench.NearestRank(r.Wait, 0.5)),
+			msOf(routebench.NearestRank(r.Wait, 0.99)), msOf(slices.Max(r.Wait)))
+	}
+	if n := r.ShedTotal(); n > 0 {
+		var parts []string
+		for k, v := range r.Shed {
+			parts = append(parts, fmt.Sprintf("%s %d", k, v))
+		}
+		slices.Sort(parts)
+		fmt.Fprintf(&b, "; shed by reason: %s", strings.Join(parts, ", "))
+	}
+	b.WriteString(". TTFT and hit rate are of served requests.")
+	return b.String()
+}
+
+// writeTenants writes, when the requests name tenants, each policy's
+// results per tenant: requests, served and shed, TTFT and the share of
+// the fleet's prefill (uncached prompt tokens) each tenant got.
+func (rep *Report) writeTenants(w io.Writer) {
+	header := false
+	for _, r := range rep.Results {
+		// While requests arrive: the drain after the last arrival serves
+		// whatever is left, whoever sent it.
+		end := r.LastArrival + 1
+		var total int64
+		for _, t := range r.Tenants {
+			total += t.Prefilled(0, end)
+		}
+		for _, name := range r.tenantNames() {
+			if !header {
+				fmt.Fprintln(w, "\n| policy | tenant | priority | requests | served | shed | TTFT p50 | TTFT p90 | TTFT p99 | share of prefill until the last arrival |")
+				fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+				header = true
+			}
+			t := r.Tenants[name]
+			fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %.0f ms | %.0f ms | %.0f ms | %.1f %% |\n", r.label(), name, t.Priority, t.Requests,
+				len(t.TTFT), t.Shed, msOf(t.Percentile(0.5)), msOf(t.Percentile(0.9)), msOf(t.Percentile(0.99)),
+				100*ratio(t.Prefilled(0, end), total))
+		}
+	}
+}
+
+// label is the policy's name in tables.
+func (r *Result) label() string {
+	if r.FlowControl {
+		return r.Name + " (flow control)"
+	}
+	return r.Name
 }
 
 // decisionSummary says in words what a kvroute policy decided: how many

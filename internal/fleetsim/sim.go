@@ -72,6 +72,11 @@ type Options struct {
 	// DynamoWeight and DynamoTemperature are dynamo-kv's
 	// overlap_score_weight and router_temperature.
 	DynamoWeight, DynamoTemperature float64
+	// FlowControl turns kvroute's flow control on
+	// (routing.flow_control.enabled; RoutingYAML may tune the rest): a
+	// request that finds the fleet saturated waits in the routing
+	// package's queue and is decided when capacity frees, or shed.
+	FlowControl bool
 	// Seed drives every random choice of the run (the random policy,
 	// kvroute's tie-breaks): one seed, one result.
 	Seed uint64
@@ -105,6 +110,7 @@ type Result struct {
 	TTFT         []time.Duration
 	PerEngine    []int
 	Virtual      time.Duration // simulated time until the last request finished
+	LastArrival  time.Duration // when the last request arrived
 	Wall         time.Duration
 	Decisions    map[string]int // kvroute's outcome/reason counts
 	// FlowControl says kvroute held requests while the fleet was
@@ -431,6 +437,7 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 			next++
 			tokens, maxTokens := src.Prompt(id)
 			res.Requests++
+			res.LastArrival = now.Sub(epoch)
 			arrival[id] = now
 			if c := classOf(src, id); c.Tenant != "" {
 				tenant[id] = res.tenant(c)

@@ -103,6 +103,8 @@ func TestDecodeTraceRejectsBadLines(t *testing.T) {
 		"ids do not cover":   `{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [0]}`,
 		"negative id":        `{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [-3]}`,
 		"huge output":        `{"timestamp": 0, "input_length": 10, "output_length": 100000000, "hash_ids": [0]}`,
+		"huge priority":      `{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0], "priority": 2000000}`,
+		"long tenant":        `{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0], "tenant": "` + strings.Repeat("secret-", 10) + `"}`,
 		"time goes back": `{"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": [0]}
 {"timestamp": 4, "input_length": 10, "output_length": 1, "hash_ids": [0]}`,
 		"empty": "",
@@ -110,7 +112,7 @@ func TestDecodeTraceRejectsBadLines(t *testing.T) {
 	for name, in := range cases {
 		if _, err := DecodeTrace(strings.NewReader(in)); err == nil {
 			t.Errorf("%s: accepted", name)
-		} else if strings.Contains(err.Error(), "hash_ids\": [") {
+		} else if strings.Contains(err.Error(), "hash_ids\": [") || strings.Contains(err.Error(), "secret") {
 			t.Errorf("%s: error quotes the line: %v", name, err)
 		}
 	}

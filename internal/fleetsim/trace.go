@@ -312,3 +312,14 @@ func SpreadArrivals(recs []Record, window time.Duration, seed uint64) []Record {
 	slices.SortStableFunc(out, func(a, b Record) int { return cmp.Compare(a.Timestamp, b.Timestamp) })
 	return out
 }
+
+// KeepTenants returns the records of the named tenants, in order.
+func KeepTenants(recs []Record, tenants []string) []Record {
+	var out []Record
+	for _, r := range recs {
+		if slices.Contains(tenants, r.Tenant) {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -21,6 +21,17 @@ const (
 	FamilyTenants   = "tenants"
 	FamilyBursts    = "bursts"
 	FamilyNoSharing = "no-sharing"
+	// The flow-control goals' families (GoalFamilies; not in the suite).
+	FamilyPriorityFlood = "priority-flood"
+	FamilyTenantPair    = "tenant-pair"
+)
+
+// Tenants of the goal families.
+const (
+	TenantInteractive = "interactive"
+	TenantBatch       = "batch"
+	TenantLight       = "light"
+	TenantHeavy       = "heavy"
 )
 
 // Family describes one generated workload. Block counts are in 512-token
@@ -68,6 +79,41 @@ type Family struct {
 	BurstFactor                float64
 	// no-sharing: every prompt is its own QueryBlocks..QueryBlocksMax
 	// blocks.
+
+	// priority-flood: an interactive flow of HighShare × Rate (priority
+	// HighPriority; the SystemBlocks shared prompt then ContextMin..
+	// ContextMax unique blocks) under a batch flood of the rest (priority
+	// 0; unique prompts of QueryBlocks..QueryBlocksMax blocks).
+	HighShare    float64
+	HighPriority int
+	// tenant-pair: two tenants of unique prompts (QueryBlocks..
+	// QueryBlocksMax blocks) at the same priority, the heavy one sending
+	// HeavyFactor × the light one's requests; Rate is their sum.
+	HeavyFactor float64
+}
+
+// GoalFamilies are the workloads of flow control's goals, sized for the
+// default 16-engine fleet (320k prefill tokens/s): each saturates it.
+// priority-flood offers 1.5× its prefill capacity (a tenth of it
+// interactive); in tenant-pair the light tenant alone offers 0.6× it and
+// the heavy one 10× that.
+func GoalFamilies() []Family {
+	return []Family{
+		{Name: FamilyPriorityFlood, Requests: 4000, Rate: 200, OutputMin: 16, OutputMax: 64,
+			HighShare: 0.1, HighPriority: 1, SystemBlocks: 2, ContextMin: 1, ContextMax: 2, QueryBlocks: 2, QueryBlocksMax: 8},
+		{Name: FamilyTenantPair, Requests: 8000, Rate: 845, OutputMin: 16, OutputMax: 64,
+			HeavyFactor: 10, QueryBlocks: 2, QueryBlocksMax: 8},
+	}
+}
+
+// GoalFamily is the goal family named name.
+func GoalFamily(name string) (Family, bool) {
+	for _, f := range GoalFamilies() {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Family{}, false
 }
 
 // DefaultFamilies are the suite's generated families, sized for the
@@ -108,6 +154,13 @@ func (f Family) Describe() string {
 			f.Sessions, f.Documents, f.DocBlocks*TraceBlockTokens, f.GrowMin, f.GrowMax, f.CycleSeconds, f.BurstSeconds, f.BurstFactor, f.Rate, f.Requests)
 	case FamilyNoSharing:
 		return fmt.Sprintf("unique prompts of %d–%d tokens; %g req/s; %d requests", f.QueryBlocks*TraceBlockTokens, f.QueryBlocksMax*TraceBlockTokens, f.Rate, f.Requests)
+	case FamilyPriorityFlood:
+		return fmt.Sprintf("%.0f %% interactive (priority %d, a %d-token shared prompt then %d–%d unique tokens) under a batch flood (priority 0, unique prompts of %d–%d tokens); %g req/s in all; %d requests",
+			100*f.HighShare, f.HighPriority, f.SystemBlocks*TraceBlockTokens, f.ContextMin*TraceBlockTokens, f.ContextMax*TraceBlockTokens,
+			f.QueryBlocks*TraceBlockTokens, f.QueryBlocksMax*TraceBlockTokens, f.Rate, f.Requests)
+	case FamilyTenantPair:
+		return fmt.Sprintf("two tenants at one priority, one sending %g× the other, unique prompts of %d–%d tokens; %g req/s in all; %d requests",
+			f.HeavyFactor, f.QueryBlocks*TraceBlockTokens, f.QueryBlocksMax*TraceBlockTokens, f.Rate, f.Requests)
 	}
 	return f.Name
 }
@@ -178,6 +231,8 @@ func (f Family) Generate(seed uint64) ([]Record, error) {
 		recs = g.bursts()
 	case FamilyNoSharing:
 		recs = g.unique()
+	case FamilyPriorityFlood, FamilyTenantPair:
+		recs = g.twoFlows()
 	default:
 		return nil, fmt.Errorf("unknown family %q", f.Name)
 	}
@@ -288,6 +343,47 @@ func (g *famGen) unique() []Record {
 	for range f.Requests {
 		t = g.poisson(t, f.Rate)
 		recs = append(recs, g.record(t, g.fresh(g.between(f.QueryBlocks, f.QueryBlocksMax))))
+	}
+	return recs
+}
+
+// twoFlows is priority-flood and tenant-pair: two Poisson flows merged in
+// arrival order.
+func (g *famGen) twoFlows() []Record {
+	f := g.f
+	type flow struct {
+		tenant   string
+		priority int
+		rate     float64
+		prompt   func() []int64
+	}
+	unique := func() []int64 { return g.fresh(g.between(f.QueryBlocks, f.QueryBlocksMax)) }
+	var flows [2]flow
+	if f.Name == FamilyPriorityFlood {
+		system := g.fresh(f.SystemBlocks)
+		flows[0] = flow{TenantInteractive, f.HighPriority, f.HighShare * f.Rate, func() []int64 {
+			return append(slices.Clone(system), g.fresh(g.between(f.ContextMin, f.ContextMax))...)
+		}}
+		flows[1] = flow{TenantBatch, 0, (1 - f.HighShare) * f.Rate, unique}
+	} else {
+		light := f.Rate / (1 + f.HeavyFactor)
+		flows[0] = flow{TenantLight, 0, light, unique}
+		flows[1] = flow{TenantHeavy, 0, f.Rate - light, unique}
+	}
+	recs := make([]Record, 0, f.Requests)
+	var at [2]float64
+	for i := range flows {
+		at[i] = g.poisson(0, flows[i].rate)
+	}
+	for range f.Requests {
+		i := 0
+		if at[1] < at[0] {
+			i = 1
+		}
+		r := g.record(at[i], flows[i].prompt())
+		r.Tenant, r.Priority = flows[i].tenant, flows[i].priority
+		recs = append(recs, r)
+		at[i] = g.poisson(at[i], flows[i].rate)
 	}
 	return recs
 }
