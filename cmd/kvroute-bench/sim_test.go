@@ -150,3 +150,52 @@ func TestSimFamilyAndTenants(t *testing.T) {
 		t.Errorf("--family with --trace: exit %d, stderr %q", code, errs)
 	}
 }
+
+// TestSimFlowControl runs kvroute with --flow-control on a saturating
+// tenant pair: results.json marks it, gives its shed count and reasons,
+// and every request is served or shed; without the flag nothing is shed.
+func TestSimFlowControl(t *testing.T) {
+	type policy struct {
+		Name        string         `json:"name"`
+		Requests    int            `json:"requests"`
+		Errors      int            `json:"errors"`
+		Shed        int            `json:"shed"`
+		ShedBy      map[string]int `json:"shed_by_reason"`
+		FlowControl bool           `json:"flow_control"`
+		Tenants     []struct {
+			Served int `json:"served"`
+		} `json:"tenants"`
+	}
+	for _, on := range []bool{false, true} {
+		out := t.TempDir()
+		args := []string{"sim", "--family", "tenant-pair", "--requests", "300", "--engines", "2", "--policies", "kvroute",
+			"--routing", "{flow_control: {ttl: 2s}}", "--quiet", "--out", out}
+		if on {
+			args = append(args, "--flow-control")
+		}
+		code, stdout, stderr := runCmd(t, args...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		_, raw := readSimResults(t, out)
+		var r struct{ Policies []policy }
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatal(err)
+		}
+		p := r.Policies[0]
+		served := 0
+		for _, tn := range p.Tenants {
+			served += tn.Served
+		}
+		if p.Requests != 300 || served+p.Shed+p.Errors != p.Requests || p.FlowControl != on {
+			t.Fatalf("flow control %v: results.json %s", on, raw)
+		}
+		if on != (p.Shed > 0) || on != strings.Contains(stdout, "kvroute with flow control: of 300 requests") {
+			t.Fatalf("flow control %v: shed %d (%v); stdout:\n%s", on, p.Shed, p.ShedBy, stdout)
+		}
+	}
+	if code, _, errs := runCmd(t, "sim", "--family", "tenant-pair", "--requests", "10", "--gateways", "2", "--flow-control",
+		"--policies", "kvroute", "--quiet", "--out", t.TempDir()); code != 1 || !strings.Contains(errs, "one gateway") {
+		t.Errorf("--flow-control --gateways 2: exit %d, stderr %q", code, errs)
+	}
+}

@@ -15,6 +15,9 @@ import (
 )
 
 func newPicker(policy string, engines int, o Options) (picker, error) {
+	if o.FlowControl && o.Gateways > 1 && policy == PolicyKVRoute {
+		return nil, fmt.Errorf("flow control is simulated behind one gateway (%d asked)", o.Gateways)
+	}
 	if o.Gateways > 1 && policy != policyPooled {
 		m := &multiPicker{of: map[int]int{}, inFlight: make([][]int, o.Gateways)}
 		var shared *exactIndex // the anchors' instances read one index
@@ -116,6 +119,9 @@ func (m *multiPicker) decisions() map[string]int {
 func newPicker1(policy string, engines int, o Options, shared *exactIndex, applies bool) (picker, error) {
 	switch policy {
 	case PolicyKVRoute:
+		if o.FlowControl {
+			return newKVFlow(engines, o)
+		}
 		return newKVRoute(engines, o)
 	case PolicyApproxPrefix:
 		// GIE's approximate prefix scorer with its defaults (64-character
@@ -202,7 +208,11 @@ type kvPicker struct {
 	inbox []delivery
 }
 
-const simModel = "sim"
+// simModel and simPool are the simulated deployment's model and pool.
+const (
+	simModel = "sim"
+	simPool  = "fleet"
+)
 
 // kvrouteYAML is the simulated deployment's kvroute config: engine keys
 // (vLLM's own xxhash hashes, PYTHONHASHSEED 0), the engines' block size.
@@ -215,8 +225,8 @@ func kvrouteYAML(engines, blockSize int, routing string, indexTTL time.Duration)
 	if routing != "" {
 		fmt.Fprintf(&b, "routing: %s\n", routing)
 	}
-	fmt.Fprintf(&b, "pools:\n  - name: fleet\n    models: [%q]\n    block_size: %d\n    keys: engine\n    hash: {algorithm: %s, seed: %q}\n    replicas:\n",
-		simModel, blockSize, simAlgo.String(), fleetSeed)
+	fmt.Fprintf(&b, "pools:\n  - name: %s\n    models: [%q]\n    block_size: %d\n    keys: engine\n    hash: {algorithm: %s, seed: %q}\n    replicas:\n",
+		simPool, simModel, blockSize, simAlgo.String(), fleetSeed)
 	for i := range engines {
 		fmt.Fprintf(&b, "      - {name: vllm-%d, address: \"10.0.%d.%d:8000\"}\n", i, i/250, i%250+1)
 	}
@@ -228,6 +238,9 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 	if err != nil {
 		return nil, err
 	}
+	// routing.flow_control.enabled, whatever RoutingYAML says (it may tune
+	// the rest of flow_control).
+	cfg.Routing.FlowControl.Enabled = o.FlowControl
 	k := &kvPicker{ix: x.ix, appliers: x.appliers, byAddr: map[string]int{}, pending: map[int]*routing.Decision{},
 		counts: map[string]int{}, now: epoch, blockSize: x.blockSize}
 	x.clock = func() time.Time { return k.now }
@@ -251,7 +264,12 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 	k.now = now
 	// Router.DecideIDs is Decide after the body is parsed: a body of 12k
 	// token ids through encoding/json would be most of the simulation's time.
-	d := k.router.DecideIDs(simModel, tokens)
+	return k.placed(id, k.router.DecideIDs(simModel, tokens))
+}
+
+// placed counts decision d of request id and, when it has an endpoint,
+// books it (Router.Begin) and returns its engine.
+func (k *kvPicker) placed(id int, d routing.Decision) (int, error) {
 	k.counts[d.Outcome+"/"+d.Reason]++
 	k.counts[counterExpected] += d.MatchedTokens // what the index promised
 	if d.Endpoint == nil {

@@ -68,7 +68,9 @@ type jsonPolicy struct {
 	ShedByReason map[string]int `json:"shed_by_reason,omitempty"`
 	FlowControl  bool           `json:"flow_control,omitempty"`
 	Held         int            `json:"held,omitempty"`
-	Tenants      []jsonTenant   `json:"tenants,omitempty"`
+	// MaxShedAfterMs is the longest a shed request waited for its answer.
+	MaxShedAfterMs float64      `json:"max_shed_after_ms,omitempty"`
+	Tenants        []jsonTenant `json:"tenants,omitempty"`
 }
 
 // jsonTenant is one tenant's part of a policy's run.
@@ -108,6 +110,9 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 		jp := jsonPolicy{Name: r.Name, TokenHitRate: r.HitRate(),
 			TTFTP50: msOf(r.Percentile(0.5)), TTFTP90: msOf(r.Percentile(0.9)), TTFTP99: msOf(r.Percentile(0.99)),
 			Requests: r.Requests, Errors: r.Errors, Shed: r.ShedTotal(), ShedByReason: r.Shed, FlowControl: r.FlowControl, Held: r.Held}
+		if len(r.ShedAfter) > 0 {
+			jp.MaxShedAfterMs = msOf(slices.Max(r.ShedAfter))
+		}
 		for _, name := range r.tenantNames() {
 			t := r.Tenants[name]
 			jp.Tenants = append(jp.Tenants, jsonTenant{Tenant: name, Priority: t.Priority, Requests: t.Requests, Served: len(t.TTFT),
@@ -181,8 +186,8 @@ func flowSummary(r *Result) string {
 	fmt.Fprintf(&b, "%s with flow control: of %d requests %d were served, %d shed and %d errors; %d waited in its queue",
 		r.Name, r.Requests, r.Served(), r.ShedTotal(), r.Errors, r.Held)
 	if len(r.Wait) > 0 {
-		fmt.Fprintf(&b, " (wait p50 %.0f ms, p99 %.0f ms, longest %.0f ms)", msOf(routebench.NearestRank(r.Wait, 0.5)),
-			msOf(routebench.NearestRank(r.Wait, 0.99)), msOf(slices.Max(r.Wait)))
+		fmt.Fprintf(&b, ", %d of them decided after a wait of p50 %.0f ms, p99 %.0f ms, at most %.0f ms", len(r.Wait),
+			msOf(routebench.NearestRank(r.Wait, 0.5)), msOf(routebench.NearestRank(r.Wait, 0.99)), msOf(slices.Max(r.Wait)))
 	}
 	if n := r.ShedTotal(); n > 0 {
 		var parts []string
@@ -190,7 +195,7 @@ func flowSummary(r *Result) string {
 			parts = append(parts, fmt.Sprintf("%s %d", k, v))
 		}
 		slices.Sort(parts)
-		fmt.Fprintf(&b, "; shed by reason: %s", strings.Join(parts, ", "))
+		fmt.Fprintf(&b, "; shed by reason: %s, each answered at most %.0f ms after it arrived", strings.Join(parts, ", "), msOf(slices.Max(r.ShedAfter)))
 	}
 	b.WriteString(". TTFT and hit rate are of served requests.")
 	return b.String()

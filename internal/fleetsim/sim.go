@@ -116,10 +116,12 @@ type Result struct {
 	// FlowControl says kvroute held requests while the fleet was
 	// saturated. Shed counts, by reason, the requests it answered without
 	// serving (429: neither served nor an error; their TTFT is not in
-	// TTFT); Held is how many requests waited in its queue, Wait each one's
-	// wait until it was decided or shed.
+	// TTFT), ShedAfter how long after its arrival each was answered; Held
+	// is how many requests waited in its queue, Wait the waits of those
+	// decided after waiting.
 	FlowControl bool
 	Shed        map[string]int
+	ShedAfter   []time.Duration
 	Held        int
 	Wait        []time.Duration
 	// Tenants breaks the run down by tenant, for sources whose requests
@@ -377,7 +379,7 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 			submit(id, e, h.tokens, h.maxTokens)
 		}, func(id int, reason string) {
 			delete(held, id)
-			res.Wait = append(res.Wait, now.Sub(arrival[id]))
+			res.ShedAfter = append(res.ShedAfter, now.Sub(arrival[id]))
 			res.Shed[reason]++
 			if t := tenant[id]; t != nil {
 				t.Shed++

@@ -1,0 +1,108 @@
+package fleetsim
+
+import (
+	"time"
+
+	"github.com/kvroute/kvroute/routing"
+)
+
+// kvFlow is kvroute with flow control on, on the virtual clock: the
+// server's routing.FlowControl step by step, over the same routing.FlowQueue
+// (which reads no clock) and the same Router calls. A request that finds
+// its pool saturated (Router.Saturated), or requests already waiting, waits
+// by priority and fairly between tenants; whenever capacity may have freed
+// (a step ends: a prefill or a request ended; a scrape; an arrival) the
+// expired are shed and waiters are decided (Router.DecidePrepared, the
+// index as it is then) and booked while the pool is not saturated.
+type kvFlow struct {
+	*kvPicker
+	q *routing.FlowQueue[heldDecision]
+	// refused are the requests shed since the last release: refused by
+	// the queue at arrival or evicted by one of higher priority.
+	refused []shedRequest
+}
+
+// heldDecision is a waiting request: its id and its prepared decision.
+type heldDecision struct {
+	id int
+	pr routing.Prepared
+}
+
+type shedRequest struct {
+	id     int
+	reason string
+}
+
+// bodyBytesPerToken is a completion body's bytes per prompt token (about
+// four characters of English text a token): the simulator has token ids,
+// not bodies, and a queued body's bytes count toward the queue's bound
+// (routing.max_decide_bytes_in_flight) as in the server.
+const bodyBytesPerToken = 4
+
+func newKVFlow(engines int, o Options) (*kvFlow, error) {
+	k, err := newKVRoute(engines, o)
+	if err != nil {
+		return nil, err
+	}
+	opts := k.router.Options()
+	return &kvFlow{kvPicker: k, q: routing.NewFlowQueue[heldDecision](opts.FlowLimits())}, nil
+}
+
+// offer decides request id at once when nothing waits and its pool is not
+// saturated; otherwise it queues it (a negative priority is never queued:
+// it is shed), as FlowControl.Decide does.
+func (k *kvFlow) offer(now time.Time, id int, tokens []int, c Class) (int, bool, error) {
+	k.now = now
+	pr := k.router.PrepareIDs(simModel, tokens)
+	if k.q.Len() == 0 && !k.router.Saturated(simPool, nil) {
+		e, err := k.placed(id, k.router.DecidePrepared(&pr, nil))
+		return e, false, err
+	}
+	if c.Priority < 0 {
+		pr.Discard()
+		k.refused = append(k.refused, shedRequest{id, routing.ShedSheddable})
+		return 0, true, nil
+	}
+	_, evicted, reason := k.q.Push(now, routing.FlowItem[heldDecision]{
+		Priority: c.Priority, Flow: c.Tenant, Cost: int64(pr.PromptTokens()), Bytes: int64(bodyBytesPerToken * len(tokens)),
+		Value: heldDecision{id: id, pr: pr},
+	})
+	for _, it := range evicted {
+		it.Value.pr.Discard()
+		k.refused = append(k.refused, shedRequest{it.Value.id, routing.ShedEvicted})
+	}
+	if reason != "" {
+		pr.Discard()
+		k.refused = append(k.refused, shedRequest{id, reason})
+	}
+	return 0, true, nil
+}
+
+// release sheds the refused and the expired, then decides waiting requests
+// while the pool is not saturated, each booked (Router.Begin) before the
+// next saturation check.
+func (k *kvFlow) release(now time.Time, place func(id, e int, err error), shed func(id int, reason string)) {
+	k.now = now
+	for _, s := range k.refused {
+		shed(s.id, s.reason)
+	}
+	k.refused = k.refused[:0]
+	expire := func() {
+		for _, it := range k.q.Expired(now) {
+			it.Value.pr.Discard()
+			shed(it.Value.id, routing.ShedTTL)
+		}
+	}
+	expire()
+	for k.q.Len() > 0 && !k.router.Saturated(simPool, nil) {
+		it, ok := k.q.Pop(now)
+		if !ok {
+			break
+		}
+		e, err := k.placed(it.Value.id, k.router.DecidePrepared(&it.Value.pr, nil))
+		place(it.Value.id, e, err)
+	}
+	expire() // Pop sets aside the expired it meets
+}
+
+func (k *kvFlow) deadline() (time.Time, bool) { return k.q.NextDeadline() }
