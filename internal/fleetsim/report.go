@@ -153,11 +153,9 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 		rows = append(rows, rep.Pooled)
 	}
 	for _, r := range rows {
-		name := r.Name
+		name := r.label()
 		if r == rep.Pooled {
 			name = "pooled bound (1 engine, whole fleet's KV)"
-		} else {
-			name = r.label()
 		}
 		fmt.Fprintf(w, "| %s | %.1f %% | %.0f ms | %.0f ms | %.0f ms | %d | %d | %d | %.2f | %.0f s |\n", name, 100*r.HitRate(),
 			msOf(r.Percentile(0.5)), msOf(r.Percentile(0.9)), msOf(r.Percentile(0.99)), r.Requests, r.Errors, r.ShedTotal(), r.Imbalance(), r.Wall.Seconds())
