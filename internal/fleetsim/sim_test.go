@@ -43,7 +43,8 @@ func TestRunAllWritesTheIssueShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Exactly the keys issue 14 names, no more.
+	// Exactly the keys results.json promises, no more: without flow
+	// control or tenants, a policy's shed count (0) beside its errors.
 	var generic map[string]any
 	if err := json.Unmarshal(raw, &generic); err != nil {
 		t.Fatal(err)
@@ -63,7 +64,7 @@ func TestRunAllWritesTheIssueShape(t *testing.T) {
 	if len(pols) != len(AllPolicies) {
 		t.Fatalf("%d policies in results.json", len(pols))
 	}
-	if got := strings.Join(keys(pols[0].(map[string]any)), ","); got != "errors,name,requests,token_hit_rate,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms" {
+	if got := strings.Join(keys(pols[0].(map[string]any)), ","); got != "errors,name,requests,shed,token_hit_rate,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms" {
 		t.Fatalf("policy keys %s", got)
 	}
 	for _, f := range []string{"results.md", "results.svg"} {
