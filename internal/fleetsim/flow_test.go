@@ -226,3 +226,29 @@ func TestFlowControlPutsPriorityFirst(t *testing.T) {
 		t.Fatalf("interactive TTFT p99 %v with flow control, %v without: want a third or less", p99[1], p99[0])
 	}
 }
+
+// FuzzDecodeTrace feeds the trace decoder arbitrary lines: it never
+// panics, and every record it accepts has its priority and tenant within
+// bounds, hash ids covering its prompt, and arrival order kept.
+func FuzzDecodeTrace(f *testing.F) {
+	f.Add(`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0], "priority": 1, "tenant": "a"}`)
+	f.Add(`{"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}` + "\n" + `{"timestamp": 6, "input_length": 1, "output_length": 0, "hash_ids": [9], "priority": -3}`)
+	f.Add(`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0], "tenant": "` + strings.Repeat("x", 65) + `"}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		recs, err := DecodeTrace(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		for i, r := range recs {
+			if len(r.Tenant) > maxTenantBytes || r.Priority > maxPriority || r.Priority < -maxPriority {
+				t.Fatalf("record %d accepted with a %d-byte tenant, priority %d", i, len(r.Tenant), r.Priority)
+			}
+			if r.InputLength < 1 || len(r.HashIDs) != (r.InputLength+TraceBlockTokens-1)/TraceBlockTokens {
+				t.Fatalf("record %d accepted with input_length %d and %d hash ids", i, r.InputLength, len(r.HashIDs))
+			}
+			if i > 0 && recs[i].Timestamp < recs[i-1].Timestamp {
+				t.Fatalf("record %d out of order", i)
+			}
+		}
+	})
+}
