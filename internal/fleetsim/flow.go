@@ -106,3 +106,44 @@ func (k *kvFlow) release(now time.Time, place func(id, e int, err error), shed f
 }
 
 func (k *kvFlow) deadline() (time.Time, bool) { return k.q.NextDeadline() }
+
+// multiFlow is several kvroute instances with flow control behind as many
+// gateways: each holds its own requests (request i goes to instance
+// i mod N) in its own queue, as each kvroute replica does.
+type multiFlow struct{ *multiPicker }
+
+func (m multiFlow) offer(now time.Time, id int, tokens []int, c Class) (int, bool, error) {
+	m.advance(now)
+	g := id % len(m.ps)
+	e, held, err := m.ps[g].(*kvFlow).offer(now, id, tokens, c)
+	if !held && err == nil {
+		m.of[id] = e
+		m.inFlight[g][e]++
+	}
+	return e, held, err
+}
+
+func (m multiFlow) release(now time.Time, place func(id, e int, err error), shed func(id int, reason string)) {
+	m.advance(now)
+	for g, p := range m.ps {
+		p.(*kvFlow).release(now, func(id, e int, err error) {
+			if err == nil {
+				m.of[id] = e
+				m.inFlight[g][e]++
+			}
+			place(id, e, err)
+		}, shed)
+	}
+}
+
+// deadline is the earliest of the instances' deadlines.
+func (m multiFlow) deadline() (time.Time, bool) {
+	var at time.Time
+	ok := false
+	for _, p := range m.ps {
+		if t, has := p.(*kvFlow).deadline(); has && (!ok || t.Before(at)) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}

@@ -123,34 +123,38 @@ func saturatedPair(t *testing.T) (Source, Options) {
 }
 
 // TestFlowControlServesOrShedsEveryRequest saturates a small fleet with
-// flow control on: every request is served, shed or an error (none here),
-// some wait and some are shed (by the queue's bound and by its TTL), no
-// shed request waits past the TTL, and the tenants' counts add up. Without
-// flow control the same run sheds nothing.
+// flow control on, behind one gateway and behind two kvroute instances in a
+// peer mesh (each its own queue): every request is served, shed or an
+// error (none here), some wait and some are shed (by the queue's bound and
+// by its TTL), no shed request waits past the TTL, and the tenants' counts
+// add up. Without flow control the same run sheds nothing.
 func TestFlowControlServesOrShedsEveryRequest(t *testing.T) {
 	src, o := saturatedPair(t)
-	for _, on := range []bool{false, true} {
-		o.FlowControl = on
+	for _, c := range []struct {
+		on       bool
+		gateways int
+	}{{false, 1}, {true, 1}, {true, 2}} {
+		o.FlowControl, o.Gateways, o.Peers = c.on, c.gateways, c.gateways > 1
 		r, err := Run(src, PolicyKVRoute, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("flow control %v: %d served, shed %v, %d errors, %d held, TTFT p99 %v", on, r.Served(), r.Shed, r.Errors, r.Held, r.Percentile(0.99))
+		t.Logf("flow control %v, %d gateways: %d served, shed %v, %d errors, %d held, TTFT p99 %v", c.on, c.gateways, r.Served(), r.Shed, r.Errors, r.Held, r.Percentile(0.99))
 		if r.Requests != src.Len() || r.Served()+r.ShedTotal()+r.Errors != r.Requests || r.Errors != 0 {
-			t.Fatalf("flow control %v: %d requests: %d served + %d shed + %d errors", on, r.Requests, r.Served(), r.ShedTotal(), r.Errors)
+			t.Fatalf("%+v: %d requests: %d served + %d shed + %d errors", c, r.Requests, r.Served(), r.ShedTotal(), r.Errors)
 		}
-		if !on {
+		if !c.on {
 			if r.FlowControl || r.ShedTotal() != 0 || r.Held != 0 {
 				t.Fatalf("without flow control: shed %v, held %d", r.Shed, r.Held)
 			}
 			continue
 		}
 		if r.Held == 0 || r.Shed[routing.ShedTTL] == 0 || r.Shed[routing.ShedQueueFull] == 0 || len(r.Wait) == 0 {
-			t.Fatalf("saturated: held %d, shed %v, %d decided after waiting", r.Held, r.Shed, len(r.Wait))
+			t.Fatalf("%+v, saturated: held %d, shed %v, %d decided after waiting", c, r.Held, r.Shed, len(r.Wait))
 		}
 		for _, d := range r.ShedAfter {
 			if d > 2*time.Second {
-				t.Fatalf("a request was shed %v after it arrived (TTL 2s)", d)
+				t.Fatalf("%+v: a request was shed %v after it arrived (TTL 2s)", c, d)
 			}
 		}
 		served, shed := 0, 0
@@ -159,7 +163,7 @@ func TestFlowControlServesOrShedsEveryRequest(t *testing.T) {
 			shed += tr.Shed
 		}
 		if served != r.Served() || shed != r.ShedTotal() {
-			t.Fatalf("tenants: %d served, %d shed; run: %d, %d", served, shed, r.Served(), r.ShedTotal())
+			t.Fatalf("%+v: tenants: %d served, %d shed; run: %d, %d", c, served, shed, r.Served(), r.ShedTotal())
 		}
 	}
 }

@@ -15,9 +15,6 @@ import (
 )
 
 func newPicker(policy string, engines int, o Options) (picker, error) {
-	if o.FlowControl && o.Gateways > 1 && policy == PolicyKVRoute {
-		return nil, fmt.Errorf("flow control is simulated behind one gateway (%d asked)", o.Gateways)
-	}
 	if o.Gateways > 1 && policy != policyPooled {
 		m := &multiPicker{of: map[int]int{}, inFlight: make([][]int, o.Gateways)}
 		var shared *exactIndex // the anchors' instances read one index
@@ -40,6 +37,9 @@ func newPicker(policy string, engines int, o Options) (picker, error) {
 		}
 		if o.Peers && policy == PolicyKVRoute {
 			joinPeers(m.ps, o.PeerDelay)
+		}
+		if o.FlowControl && policy == PolicyKVRoute {
+			return &multiFlow{m}, nil
 		}
 		return m, nil
 	}
@@ -338,11 +338,22 @@ func (k *kvPicker) decisions() map[string]int {
 // instance is doing).
 func (m *multiPicker) advance(now time.Time) {
 	for _, p := range m.ps {
-		if k, ok := p.(*kvPicker); ok {
+		if k := kvOf(p); k != nil {
 			k.now = now
 			k.receive(now)
 		}
 	}
+}
+
+// kvOf is the kvroute instance p is (nil: another policy).
+func kvOf(p picker) *kvPicker {
+	switch k := p.(type) {
+	case *kvPicker:
+		return k
+	case *kvFlow:
+		return k.kvPicker
+	}
+	return nil
 }
 
 // simMesh is the peer mesh of kvroute instances in one replay: what one
@@ -366,7 +377,7 @@ type delivery struct {
 func joinPeers(ps []picker, delay time.Duration) {
 	var ks []*kvPicker
 	for _, p := range ps {
-		ks = append(ks, p.(*kvPicker))
+		ks = append(ks, kvOf(p))
 	}
 	for i, k := range ks {
 		m := &simMesh{self: k, delay: delay, pending: map[uint64][]*routing.PeerWork{}}
