@@ -281,15 +281,7 @@ func scanCL100K(s string, i, maxDigits int) int {
 	}
 	// \p{N}{1,maxDigits}
 	if k&cN != 0 {
-		j := i + n
-		for d := 1; d < maxDigits && j < len(s); d++ {
-			k2, n2 := classAt(s, j)
-			if k2&cN == 0 {
-				break
-			}
-			j += n2
-		}
-		return j
+		return digitRun(s, i+n, maxDigits)
 	}
 	//  ?[^\s\p{L}\p{N}]+[\r\n]*
 	j := i
@@ -372,15 +364,7 @@ func scanO200K(s string, i int) int {
 		return e
 	}
 	if k&cN != 0 {
-		j := i + n
-		for d := 1; d < 3 && j < len(s); d++ {
-			k2, n2 := classAt(s, j)
-			if k2&cN == 0 {
-				break
-			}
-			j += n2
-		}
-		return j
+		return digitRun(s, i+n, 3)
 	}
 	j := i
 	if c == ' ' {
@@ -473,4 +457,16 @@ func scanDSWords(s string, i int) int {
 		return scanSpaces(s, i)
 	}
 	return -1
+}
+
+// digitRun is the end of \p{N}{1,maxDigits} whose first digit ends at j.
+func digitRun(s string, j, maxDigits int) int {
+	for d := 1; d < maxDigits && j < len(s); d++ {
+		k, n := classAt(s, j)
+		if k&cN == 0 {
+			break
+		}
+		j += n
+	}
+	return j
 }
