@@ -42,6 +42,16 @@ type rankStatus struct {
 	// the last one ("" before the first).
 	SelfChecks    int64
 	LastSelfCheck string
+	// BlocksStoredAgain counts GPU blocks the engine stored while the index
+	// already held them for this rank: it computed them again, so the index
+	// was stale (an eviction it never heard of).
+	BlocksStoredAgain int64
+	// EngineCached is the engine's cached prompt tokens counter, read from
+	// EngineCachedMetric by a scrape that began at EngineCachedAt: the value
+	// is no older than that.
+	EngineCached       float64
+	EngineCachedMetric string
+	EngineCachedAt     time.Time
 
 	lastMismatchLog time.Time
 }
@@ -111,6 +121,16 @@ type ReplicaStatus struct {
 	EngineHashAlgorithm string `json:"engine_hash_algorithm"`
 	SelfChecks          int64  `json:"self_checks"`
 	LastSelfCheck       string `json:"last_self_check,omitempty"`
+	// BlocksStoredAgain: GPU blocks the engine stored while the index held
+	// them for this rank (computed again: the index was stale).
+	BlocksStoredAgain int64 `json:"blocks_stored_again"`
+	// EngineCachedTokens is the engine's cached prompt tokens counter
+	// (EngineCachedMetric: vllm:prompt_tokens_cached_total, else
+	// vllm:prefix_cache_hits_total) read by the last scrape, which began at
+	// EngineCachedAt.
+	EngineCachedTokens *float64   `json:"engine_cached_tokens,omitempty"`
+	EngineCachedMetric string     `json:"engine_cached_metric,omitempty"`
+	EngineCachedAt     *time.Time `json:"engine_cached_at,omitempty"`
 }
 
 // LoadView is a replica's last /metrics reading.
@@ -152,6 +172,11 @@ func (m *Manager) Status() []ReplicaStatus {
 		if s.HasHitRate {
 			hr := s.HitRate
 			v.PrefixHitRate = &hr
+		}
+		v.BlocksStoredAgain = s.BlocksStoredAgain
+		if !s.EngineCachedAt.IsZero() {
+			c, at := s.EngineCached, s.EngineCachedAt
+			v.EngineCachedTokens, v.EngineCachedMetric, v.EngineCachedAt = &c, s.EngineCachedMetric, &at
 		}
 		if st, ok := m.ix.Replica(rs.r); ok {
 			v.BlocksHeld, v.Healthy = st.Blocks, st.Healthy
