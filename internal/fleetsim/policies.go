@@ -200,6 +200,9 @@ type kvPicker struct {
 	movedTokens int64
 	// inbox holds peer-mesh messages not yet due (Options.PeerDelay).
 	inbox []delivery
+	// pool is the fleet's pool name; funnel its prompt-token funnel.
+	pool   string
+	funnel *simFunnel
 }
 
 const simModel = "sim"
@@ -244,6 +247,8 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 		return nil, err
 	}
 	k.router.SeedTieBreaks(o.Seed) // a replay is repeatable for its seed
+	k.pool = pc.Name
+	k.funnel = newSimFunnel(k)
 	return k, nil
 }
 
@@ -271,9 +276,11 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 			k.movedTokens += int64(best*k.blockSize - d.MatchedTokens)
 		}
 	}
+	e := k.byAddr[d.Endpoint.Address]
+	k.decided(id, &d, e, tokens)
 	k.router.Begin(&d)
 	k.pending[id] = &d
-	return k.byAddr[d.Endpoint.Address], nil
+	return e, nil
 }
 
 func (k *kvPicker) done(now time.Time, id int) {
@@ -286,7 +293,9 @@ func (k *kvPicker) done(now time.Time, id int) {
 
 func (k *kvPicker) events(now time.Time, e int, payload []byte) error {
 	k.now = now
-	return k.appliers[e].Apply(payload)
+	err := k.appliers[e].Apply(payload)
+	k.storedAgain(e)
+	return err
 }
 
 func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
@@ -298,6 +307,7 @@ func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
 			PrefillSeconds: s.PrefillSeconds, PrefillCount: float64(s.PrefillCount),
 		}, now)
 	}
+	k.scraped(stats)
 }
 
 // Counters a kvroute policy keeps beside its outcome/reason counts
