@@ -86,8 +86,11 @@ func (b *statusBox) get() rankStatus {
 
 // ReplicaStatus is one replica rank in GET /debug/replicas.
 type ReplicaStatus struct {
-	Pool             string     `json:"pool"`
+	Pool string `json:"pool"`
+	// Replica is the rank's name (the replica's, or NAME/dpR with data
+	// parallelism), ReplicaName its replica's.
 	Replica          string     `json:"replica"`
+	ReplicaName      string     `json:"replica_name"`
 	DPRank           int        `json:"dp_rank"`
 	Events           string     `json:"events,omitempty"`
 	Replay           string     `json:"replay,omitempty"`
@@ -148,7 +151,7 @@ func (m *Manager) Status() []ReplicaStatus {
 	for _, rs := range ranks {
 		s := rs.st.get()
 		v := ReplicaStatus{
-			Pool: rs.pool.in.Name, Replica: rs.name, DPRank: rs.rank, Events: rs.events, Replay: rs.replay,
+			Pool: rs.pool.in.Name, Replica: rs.name, ReplicaName: rs.in.ReplicaName, DPRank: rs.rank, Events: rs.events, Replay: rs.replay,
 			Connected: rs.connected.Load(), Batches: s.Batches, Gaps: s.Gaps, Replays: s.Replays,
 			ReplaysPartial: s.ReplaysPartial, Partial: s.Partial, Restarts: s.Restarts, DecodeErrors: s.DecodeErrors,
 			QueueDrops: s.QueueDrops, ParentUnknown: s.ParentUnknown, SchemeMismatches: s.SchemeMismatches,

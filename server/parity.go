@@ -409,7 +409,7 @@ func (p *parity) poll() {
 	statuses := p.s.ingest.Status()
 	p.engineSide(statuses)
 	for _, st := range statuses {
-		k := parityKey{st.Pool, st.Replica}
+		k := parityKey{st.Pool, replicaOf(&st)}
 		a := byRep[k]
 		if a == nil {
 			a = &agg{}
@@ -450,6 +450,15 @@ func (p *parity) poll() {
 		state, ev = hashAlgorithmState(pc, a.st)
 		p.set(k, checkHashAlgorithm, state, ev, state != parityUnknown)
 	}
+}
+
+// replicaOf is the replica a rank's status belongs to (the parity checks
+// are per replica; with data parallelism a replica has several ranks).
+func replicaOf(st *ingest.ReplicaStatus) string {
+	if st.ReplicaName != "" {
+		return st.ReplicaName
+	}
+	return st.Replica
 }
 
 func (p *parity) poolConfig(name string) *config.Pool {

@@ -34,6 +34,10 @@ type engineTrack struct {
 	engineAtClose float64
 	predicted     int64
 	short         int
+	// The rank's cached_tokens state and evidence; judged when a window
+	// was judged in this poll.
+	state, evidence string
+	judged          bool
 
 	// cached_unpredicted: since the base, the engine's cached tokens minus
 	// what kvroute predicted (less what turned out stale); counted is what
@@ -55,9 +59,13 @@ func (p *parity) engineSide(statuses []ingest.ReplicaStatus) {
 		return
 	}
 	seen := make(map[parityKey]bool, len(statuses))
+	var order []parityKey                   // replicas, in status order
+	ranks := map[parityKey][]*engineTrack{} // replica → its ranks' tracks
+	names := map[parityKey][]string{}       // replica → its ranks' names
 	for i := range statuses {
 		st := &statuses[i]
-		k := parityKey{st.Pool, st.Replica}
+		k := parityKey{st.Pool, st.Replica} // the rank
+		rep := parityKey{st.Pool, replicaOf(st)}
 		seen[k] = true
 		t := p.engine[k]
 		if t == nil {
@@ -71,12 +79,17 @@ func (p *parity) engineSide(statuses []ingest.ReplicaStatus) {
 		if restarted {
 			*t = engineTrack{restarts: st.Restarts}
 		}
+		if _, ok := ranks[rep]; !ok {
+			order = append(order, rep)
+		}
+		ranks[rep], names[rep] = append(ranks[rep], t), append(names[rep], st.Replica)
+		t.judged = false
 		if d := st.BlocksStoredAgain - t.storedAgain; d > 0 && st.PoolBlockSize > 0 {
 			t.stale += f.AddEngineOutcome(st.Pool, st.Replica, routing.TokensStale, d*int64(st.PoolBlockSize))
 		}
 		t.storedAgain = st.BlocksStoredAgain
 		if st.EngineCachedTokens == nil {
-			p.set(k, checkCachedTokens, parityUnknown, "the engine exports neither vllm:prompt_tokens_cached_total nor vllm:prefix_cache_hits_total yet", false)
+			t.state, t.evidence = parityUnknown, "the engine exports neither vllm:prompt_tokens_cached_total nor vllm:prefix_cache_hits_total yet"
 			continue
 		}
 		p.unpredicted(f, st, t)
@@ -89,6 +102,41 @@ func (p *parity) engineSide(statuses []ingest.ReplicaStatus) {
 			delete(p.engine, k)
 		}
 	}
+	if p.cfg.CachedTokensWindow > 0 {
+		for _, rep := range order {
+			state, ev, judged := combineRanks(ranks[rep], names[rep])
+			p.set(rep, checkCachedTokens, state, ev, judged)
+		}
+	}
+}
+
+// combineRanks is a replica's cached_tokens state from its ranks': mismatch
+// when one mismatches, match when one matches and none mismatches, else
+// unknown; the evidence of each rank in that state (named with data
+// parallelism).
+func combineRanks(ts []*engineTrack, names []string) (state, evidence string, judged bool) {
+	state = parityUnknown
+	for _, t := range ts {
+		switch {
+		case t.state == parityMismatch:
+			state = parityMismatch
+		case t.state == parityMatch && state == parityUnknown:
+			state = parityMatch
+		}
+		judged = judged || t.judged
+	}
+	var parts []string
+	for i, t := range ts {
+		if t.state != state && !(state == parityUnknown && t.state == "") {
+			continue
+		}
+		ev := t.evidence
+		if len(ts) > 1 {
+			ev = names[i] + ": " + ev
+		}
+		parts = append(parts, ev)
+	}
+	return state, joinEvidence(parts), judged
 }
 
 // unpredicted counts as cached_unpredicted what the engine served from its
@@ -147,14 +195,14 @@ func (p *parity) cachedTokens(f *routing.Funnel, k parityKey, st *ingest.Replica
 	case !t.open:
 		f.NextWindow(k.pool, k.replica)
 		t.open, t.start, t.engine0 = true, now, e
-		if p.currentState(k, checkCachedTokens) == parityUnknown {
-			p.set(k, checkCachedTokens, parityUnknown, fmt.Sprintf("no window judged yet: one is judged after %s with at least %d predicted cached tokens", p.cfg.CachedTokensWindow, p.cfg.CachedTokensMinTokens), false)
+		if t.state == "" || t.state == parityUnknown {
+			t.state, t.evidence = parityUnknown, fmt.Sprintf("no window judged yet: one is judged after %s with at least %d predicted cached tokens", p.cfg.CachedTokensWindow, p.cfg.CachedTokensMinTokens)
 		}
 	case t.closing:
 		if !at.After(t.closedAt) {
 			return // no scrape begun after the window ended yet
 		}
-		p.judge(k, st, t, e-t.engine0)
+		p.judge(st, t, e-t.engine0)
 		t.closing, t.start, t.engine0 = false, t.closedAt, t.engineAtClose
 	case now.Sub(t.start) >= p.cfg.CachedTokensWindow.Std():
 		t.predicted = f.NextWindow(k.pool, k.replica)
@@ -164,32 +212,22 @@ func (p *parity) cachedTokens(f *routing.Funnel, k parityKey, st *ingest.Replica
 
 // judge sets the check from one window: predicted cached tokens against the
 // engine counter's rise.
-func (p *parity) judge(k parityKey, st *ingest.ReplicaStatus, t *engineTrack, rose float64) {
+func (p *parity) judge(st *ingest.ReplicaStatus, t *engineTrack, rose float64) {
 	tol := p.cfg.CachedTokensTolerance
 	if t.predicted < int64(p.cfg.CachedTokensMinTokens) {
 		return // too few predicted hits to judge: the state stays
 	}
 	ev := fmt.Sprintf("window of %s: kvroute predicted %d cached prompt tokens for the requests it routed here that began and ended in it; the engine's %s rose by %.0f (tolerance %.0f%%)",
 		t.closedAt.Sub(t.start).Round(time.Second), t.predicted, st.EngineCachedMetric, rose, 100*tol)
+	t.judged = true
 	if rose >= float64(t.predicted)*(1-tol) {
-		t.short = 0
-		p.set(k, checkCachedTokens, parityMatch, ev, true)
+		t.short, t.state, t.evidence = 0, parityMatch, ev
 		return
 	}
 	t.short++
 	if t.short < cachedTokensShortToFlag {
-		p.set(k, checkCachedTokens, p.currentState(k, checkCachedTokens), ev+fmt.Sprintf("; short, %d more short window(s) in a row flag it", cachedTokensShortToFlag-t.short), true)
+		t.evidence = ev + fmt.Sprintf("; short, %d more short window(s) in a row flag it", cachedTokensShortToFlag-t.short)
 		return
 	}
-	p.set(k, checkCachedTokens, parityMismatch, ev+fmt.Sprintf("; short %d windows in a row", t.short), true)
-}
-
-// currentState is a check's state now ("" when the replica is not checked).
-func (p *parity) currentState(k parityKey, check string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if pr := p.reps[k]; pr != nil {
-		return pr.states[check].State
-	}
-	return parityUnknown
+	t.state, t.evidence = parityMismatch, ev+fmt.Sprintf("; short %d windows in a row", t.short)
 }

@@ -6,12 +6,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/loopback"
+	"github.com/kvroute/kvroute/internal/testdata"
+	"github.com/kvroute/kvroute/internal/vllmemu"
 	"github.com/kvroute/kvroute/routing"
 )
 
@@ -170,5 +174,68 @@ func TestParityCachedTokens(t *testing.T) {
 			}
 			checkFunnelAddsUp(t, s, m, direct)
 		})
+	}
+}
+
+// TestParityDataParallelReplica: the checks of a replica with two DP ranks
+// read both ranks' status (named NAME/dpR) under the replica's name, so a
+// matching engine reaches match on every check that traffic evaluates and
+// each rank row shows the replica's states.
+func TestParityDataParallelReplica(t *testing.T) {
+	o := emuOptions(t)
+	var engines []*vllmemu.Engine
+	base, err := loopback.BindConsecutive(2, func(base int) error {
+		var err error
+		engines, err = vllmemu.NewDataParallel(o, 2, vllmemu.KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", base)})
+		if err != nil {
+			return err
+		}
+		if err := vllmemu.StartAll(context.Background(), engines); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = vllmemu.CloseAll(engines) })
+	srv := httptest.NewServer(vllmemu.DPHandler(engines))
+	t.Cleanup(srv.Close)
+	cfg, err := config.Parse(fmt.Appendf(nil, `listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+ingest: {scrape_interval: 100ms}
+parity: {interval: 1s, timeout: 2s}
+pools:
+  - name: qwen
+    models: [qwen]
+    tokenizer: %q
+    block_size: %d
+    hash: {algorithm: sha256, seed: "0"}
+    replicas:
+      - {name: dp, address: %q, events: "tcp://127.0.0.1:%d", metrics: %q, data_parallel_size: 2}
+`, testdata.TokenizerDir(t, "qwen3"), blockSize, srv.Listener.Addr().String(), base, srv.URL+"/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := runServer(t, cfg)
+	n := 0
+	traffic := func() {
+		for rank := range 2 {
+			body := fmt.Sprintf(`{"model":"qwen","prompt":%q,"max_tokens":1}`, fmt.Sprintf("Request %d. %s", n, prose(4)))
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(vllmemu.HeaderDataParallelRank, fmt.Sprint(rank))
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			n++
+		}
+	}
+	for _, c := range []string{checkHashes, checkBlockSize, checkHashAlgorithm} {
+		for _, rank := range []string{"dp/dp0", "dp/dp1"} {
+			waitParity(t, s, rank, c, parityMatch, traffic)
+		}
 	}
 }

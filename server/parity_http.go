@@ -69,7 +69,7 @@ type ReplicasView struct {
 func (s *Server) Replicas() ReplicasView {
 	var v ReplicasView
 	for _, st := range s.ingest.Status() {
-		v.Replicas = append(v.Replicas, ReplicaView{ReplicaStatus: st, Parity: s.parity.replicaStates(st.Pool, st.Replica),
+		v.Replicas = append(v.Replicas, ReplicaView{ReplicaStatus: st, Parity: s.parity.replicaStates(st.Pool, replicaOf(&st)),
 			PromptTokens: s.funnel.RankTotals(st.Pool, st.Replica)})
 	}
 	for i := range s.cfg.Pools {
