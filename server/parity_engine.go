@@ -45,7 +45,8 @@ type engineTrack struct {
 	// based once the engine's counter was read after it.
 	based                   bool
 	baseAt                  time.Time
-	baseEngine              float64
+	baseEngine, lastEngine  float64
+	lastRouted              int64
 	basePredicted, baseStal int64
 	stale, counted          int64
 }
@@ -144,7 +145,10 @@ func combineRanks(ts []*engineTrack, names []string) (state, evidence string, ju
 // engine's counter with the prediction read after that scrape ended, so a
 // request still prefilling only holds the count back. The base pairs a
 // prediction read while kvroute had no request in flight to the rank with
-// the counter of a scrape begun after it, so no request sits across it.
+// the counter of a scrape begun after it, so no request sits across it; and
+// it absorbs the hits the engine counts while kvroute has nothing there
+// (other clients'). Hits of other clients' requests served while kvroute's
+// are in flight still count.
 func (p *parity) unpredicted(f *routing.Funnel, st *ingest.ReplicaStatus, t *engineTrack) {
 	e, at, pred := *st.EngineCachedTokens, *st.EngineCachedAt, f.EngineCachedPredicted(st.Pool, st.Replica)
 	switch {
@@ -158,13 +162,27 @@ func (p *parity) unpredicted(f *routing.Funnel, st *ingest.ReplicaStatus, t *eng
 		if !at.After(t.baseAt) {
 			return // no scrape begun after the idle moment yet
 		}
-		t.based, t.baseEngine = true, e
+		t.based, t.baseEngine, t.lastEngine, t.lastRouted = true, e, e, routedTokens(f, st)
 		return
 	}
+	routed := routedTokens(f, st)
+	if routed == t.lastRouted && p.inFlight(st.Pool, st.Replica) == 0 {
+		// Hits while kvroute routed nothing here and had nothing in
+		// flight are another client's (a hit of a request of ours that
+		// ended since the last reading is given up with them).
+		t.baseEngine += e - t.lastEngine
+	}
+	t.lastEngine, t.lastRouted = e, routed
 	excess := int64(e-t.baseEngine) - ((pred - t.basePredicted) - (t.stale - t.baseStal))
 	if excess > t.counted {
 		t.counted += f.AddEngineOutcome(st.Pool, st.Replica, routing.TokensCachedUnpredicted, excess-t.counted)
 	}
+}
+
+// routedTokens is the prompt tokens kvroute routed to a rank so far.
+func routedTokens(f *routing.Funnel, st *ingest.ReplicaStatus) int64 {
+	t := f.RankTotals(st.Pool, st.Replica)
+	return t[routing.TokensCachedPredicted] + t[routing.TokensNew] + t[routing.TokensGivenUpForLoad]
 }
 
 // inFlight is the requests this kvroute has in flight to a rank (-1 when the

@@ -173,6 +173,19 @@ func TestParityCachedTokens(t *testing.T) {
 				t.Errorf("cached_unpredicted %d although kvroute follows every event", got[routing.TokensCachedUnpredicted])
 			}
 			checkFunnelAddsUp(t, s, m, direct)
+			if tc.silent || tc.noEvents {
+				return
+			}
+			// Another client's hits while kvroute routes nothing there are
+			// not kvroute's to count.
+			before := m.e.Stats().CachedPromptTokens
+			for range 40 {
+				m.complete(t, tc.prompts[0])
+			}
+			time.Sleep(3 * parityPoll)
+			if got := poolTokens(t, s)[routing.TokensCachedUnpredicted]; got != 0 {
+				t.Errorf("cached_unpredicted %d after another client's %d cached tokens while kvroute was idle", got, m.e.Stats().CachedPromptTokens-before)
+			}
 		})
 	}
 }
