@@ -20,6 +20,17 @@ type Parity struct {
 	// keep_routing (by prefix, as before) or route_by_load (the whole pool
 	// routes by load only until every check is back to match or unknown).
 	OnMismatch string `yaml:"on_mismatch" default:"keep_routing"`
+	// CachedTokensWindow is the window of the cached_tokens check: the
+	// cached prompt tokens kvroute predicted for the requests it routed to a
+	// replica in one window against the engine's cached prompt tokens
+	// counter over it; 0 turns the check off.
+	CachedTokensWindow Duration `yaml:"cached_tokens_window" default:"30s"`
+	// CachedTokensTolerance is the share of the predicted cached tokens the
+	// engine may report fewer before a window counts as short.
+	CachedTokensTolerance float64 `yaml:"cached_tokens_tolerance" default:"0.1" check:"unit"`
+	// CachedTokensMinTokens is the predicted cached tokens a window needs
+	// to be judged at all; a quieter window leaves the state as it was.
+	CachedTokensMinTokens int `yaml:"cached_tokens_min_tokens" default:"4096"`
 }
 
 // parity.on_mismatch values.
@@ -39,4 +50,10 @@ func (v *validator) parity(p *Parity) {
 		v.fail("parity.timeout", "%s must be positive", p.Timeout)
 	}
 	v.oneOf("parity.on_mismatch", p.OnMismatch, ParityKeepRouting, ParityRouteByLoad)
+	if p.CachedTokensWindow != 0 && p.CachedTokensWindow.Std() < MinParityInterval {
+		v.fail("parity.cached_tokens_window", "%s must be 0 or at least %s", p.CachedTokensWindow, MinParityInterval)
+	}
+	if p.CachedTokensMinTokens < 1 {
+		v.fail("parity.cached_tokens_min_tokens", "%d must be at least 1", p.CachedTokensMinTokens)
+	}
 }

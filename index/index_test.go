@@ -599,3 +599,37 @@ func TestRemovedReplicaHandlesAreInert(t *testing.T) {
 	ix.RemoveReplica(old)
 	equalRuns(t, ix.LookupRoute(pid, keys(0, 4), nil), map[ReplicaID]int{fresh.ID: 4})
 }
+
+// TestStoreCountsGPUBlocksStoredAgain: Store says how many GPU blocks the
+// replica already held — not the new ones, not CPU-tier stores (offloads),
+// not a GPU store of a block held only on the CPU tier, not another
+// replica's, not one removed meanwhile.
+func TestStoreCountsGPUBlocksStoredAgain(t *testing.T) {
+	f := newFixture(t, 2, Options{})
+	a, b := f.r[0], f.r[1]
+	if n := f.ix.Store(a, keys(0, 4), TierGPU); n != 0 {
+		t.Fatalf("first store: %d stored again, want 0", n)
+	}
+	if n := f.ix.Store(a, keys(2, 6), TierGPU); n != 2 {
+		t.Errorf("overlapping store: %d stored again, want 2", n)
+	}
+	if n := f.ix.Store(b, keys(0, 4), TierGPU); n != 0 {
+		t.Errorf("another replica's store: %d stored again, want 0", n)
+	}
+	if n := f.ix.Store(a, keys(0, 2), TierCPU); n != 0 {
+		t.Errorf("offload to the CPU tier: %d stored again, want 0", n)
+	}
+	if n := f.ix.Store(a, keys(10, 12), TierCPU); n != 0 {
+		t.Errorf("CPU-only store: %d, want 0", n)
+	}
+	if n := f.ix.Store(a, keys(10, 12), TierGPU); n != 0 {
+		t.Errorf("GPU store of CPU-only blocks: %d stored again, want 0", n)
+	}
+	if n := f.ix.Store(a, keys(0, 1), TierGPU); n != 1 {
+		t.Errorf("GPU store of a block held on both tiers: %d stored again, want 1", n)
+	}
+	f.ix.Remove(a, keys(4, 6), TierGPU)
+	if n := f.ix.Store(a, keys(4, 6), TierGPU); n != 0 {
+		t.Errorf("store after remove: %d stored again, want 0", n)
+	}
+}

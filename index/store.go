@@ -141,11 +141,14 @@ func (p *pool) live(r Replica) *replicaState {
 }
 
 // Store records that r holds keys in tier and refreshes their freshness.
-// Storing what is already stored only refreshes it.
-func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
+// Storing what is already stored only refreshes it. It returns how many of
+// keys r already held in the GPU tier when tier is the GPU: blocks the
+// engine computed again although the index said it held them (the
+// prompt-token funnel's stale outcome).
+func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) (restored int) {
 	p, rs := ix.liveReplica(r)
 	if rs == nil || len(keys) == 0 {
-		return
+		return 0
 	}
 	bit := uint64(1) << r.ID
 	now := ix.nowTick()
@@ -162,20 +165,25 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) {
 			ix.commitStore(p, rs, &added, &newBlocks)
 			budget = ix.writeBudget()
 		}
-		a, nb := p.shardOf(k).storeBlock(p, k, bit, tier, now, ix.ttlTicks)
+		a, nb, again := p.shardOf(k).storeBlock(p, k, bit, tier, now, ix.ttlTicks)
 		added += a
 		newBlocks += nb
+		if again {
+			restored++
+		}
 	}
 	total := ix.commitStore(p, rs, &added, &newBlocks)
 	p.m.stores.Add(float64(len(keys)))
 	ix.checkCap(total)
+	return restored
 }
 
 // storeBlock records that the replica of bit holds k in tier at tick now
-// and returns whether it added an entry and whether the replica did not
-// hold k before. It takes the shard lock and releases it on every exit,
-// a panic included.
-func (s *shard) storeBlock(p *pool, k BlockKey, bit uint64, tier Tier, now, ttl uint32) (added, newBlocks int64) {
+// and returns whether it added an entry, whether the replica did not hold k
+// before and whether it held k in the GPU tier already while tier is the
+// GPU. It takes the shard lock and releases it on every exit, a panic
+// included.
+func (s *shard) storeBlock(p *pool, k BlockKey, bit uint64, tier Tier, now, ttl uint32) (added, newBlocks int64, again bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pe, ok := s.m.Upsert(uint64(k))
@@ -192,6 +200,9 @@ func (s *shard) storeBlock(p *pool, k BlockKey, bit uint64, tier Tier, now, ttl 
 		newBlocks = 1
 	}
 	flagged := e.seen&cpuFlag != 0
+	if tier != TierCPU && e.held&bit != 0 {
+		again = !flagged || s.tiers[k].gpu&bit != 0
+	}
 	switch {
 	case tier == TierCPU:
 		ts := tierSets{gpu: e.held}
@@ -212,7 +223,7 @@ func (s *shard) storeBlock(p *pool, k BlockKey, bit uint64, tier Tier, now, ttl 
 		e.seen |= cpuFlag
 	}
 	*pe = pack(e)
-	return added, newBlocks
+	return added, newBlocks, again
 }
 
 // commitStore publishes a Store's counts so far, zeroes them and returns the

@@ -54,3 +54,7 @@ func (a *Applier) Apply(payload []byte) error {
 	}
 	return nil
 }
+
+// BlocksStoredAgain is the GPU blocks the engine stored while the index
+// already held them for this rank, since the applier began (ReplicaStatus).
+func (a *Applier) BlocksStoredAgain() int64 { return a.rs.st.get().BlocksStoredAgain }

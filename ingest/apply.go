@@ -126,7 +126,9 @@ func (rs *rankState) applyStored(ev *vllmevent.Event) {
 		rs.keys.sync()
 	}
 	rs.keysBuf = keys
-	rs.mgr.ix.Store(rs.r, keys, tierOf(ev))
+	if again := rs.mgr.ix.Store(rs.r, keys, tierOf(ev)); again > 0 {
+		rs.st.update(func(st *rankStatus) { st.BlocksStoredAgain += int64(again) })
+	}
 	rs.met.stored.Inc()
 	rs.met.blocksStored.Add(float64(len(keys)))
 	if !ev.HasParent && full {

@@ -42,6 +42,16 @@ type rankStatus struct {
 	// the last one ("" before the first).
 	SelfChecks    int64
 	LastSelfCheck string
+	// BlocksStoredAgain counts GPU blocks the engine stored while the index
+	// already held them for this rank: it computed them again, so the index
+	// was stale (an eviction it never heard of).
+	BlocksStoredAgain int64
+	// EngineCached is the engine's cached prompt tokens counter, read from
+	// EngineCachedMetric by a scrape that began at EngineCachedAt: the value
+	// is no older than that.
+	EngineCached       float64
+	EngineCachedMetric string
+	EngineCachedAt     time.Time
 
 	lastMismatchLog time.Time
 }
@@ -76,8 +86,11 @@ func (b *statusBox) get() rankStatus {
 
 // ReplicaStatus is one replica rank in GET /debug/replicas.
 type ReplicaStatus struct {
-	Pool             string     `json:"pool"`
+	Pool string `json:"pool"`
+	// Replica is the rank's name (the replica's, or NAME/dpR with data
+	// parallelism), ReplicaName its replica's.
 	Replica          string     `json:"replica"`
+	ReplicaName      string     `json:"replica_name"`
 	DPRank           int        `json:"dp_rank"`
 	Events           string     `json:"events,omitempty"`
 	Replay           string     `json:"replay,omitempty"`
@@ -111,6 +124,16 @@ type ReplicaStatus struct {
 	EngineHashAlgorithm string `json:"engine_hash_algorithm"`
 	SelfChecks          int64  `json:"self_checks"`
 	LastSelfCheck       string `json:"last_self_check,omitempty"`
+	// BlocksStoredAgain: GPU blocks the engine stored while the index held
+	// them for this rank (computed again: the index was stale).
+	BlocksStoredAgain int64 `json:"blocks_stored_again"`
+	// EngineCachedTokens is the engine's cached prompt tokens counter
+	// (EngineCachedMetric: vllm:prompt_tokens_cached_total, else
+	// vllm:prefix_cache_hits_total) read by the last scrape, which began at
+	// EngineCachedAt.
+	EngineCachedTokens *float64   `json:"engine_cached_tokens,omitempty"`
+	EngineCachedMetric string     `json:"engine_cached_metric,omitempty"`
+	EngineCachedAt     *time.Time `json:"engine_cached_at,omitempty"`
 }
 
 // LoadView is a replica's last /metrics reading.
@@ -128,7 +151,7 @@ func (m *Manager) Status() []ReplicaStatus {
 	for _, rs := range ranks {
 		s := rs.st.get()
 		v := ReplicaStatus{
-			Pool: rs.pool.in.Name, Replica: rs.name, DPRank: rs.rank, Events: rs.events, Replay: rs.replay,
+			Pool: rs.pool.in.Name, Replica: rs.name, ReplicaName: rs.in.ReplicaName, DPRank: rs.rank, Events: rs.events, Replay: rs.replay,
 			Connected: rs.connected.Load(), Batches: s.Batches, Gaps: s.Gaps, Replays: s.Replays,
 			ReplaysPartial: s.ReplaysPartial, Partial: s.Partial, Restarts: s.Restarts, DecodeErrors: s.DecodeErrors,
 			QueueDrops: s.QueueDrops, ParentUnknown: s.ParentUnknown, SchemeMismatches: s.SchemeMismatches,
@@ -152,6 +175,11 @@ func (m *Manager) Status() []ReplicaStatus {
 		if s.HasHitRate {
 			hr := s.HitRate
 			v.PrefixHitRate = &hr
+		}
+		v.BlocksStoredAgain = s.BlocksStoredAgain
+		if !s.EngineCachedAt.IsZero() {
+			c, at := s.EngineCached, s.EngineCachedAt
+			v.EngineCachedTokens, v.EngineCachedMetric, v.EngineCachedAt = &c, s.EngineCachedMetric, &at
 		}
 		if st, ok := m.ix.Replica(rs.r); ok {
 			v.BlocksHeld, v.Healthy = st.Blocks, st.Healthy

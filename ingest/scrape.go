@@ -83,6 +83,7 @@ func (sc *scraper) scrape(ctx context.Context) {
 			rs.setScrape(true, downScrapeStall)
 		}
 	})
+	began := sc.m.now()
 	fams, err := sc.fetch(ctx)
 	if !stall.Stop() {
 		<-stalled
@@ -134,6 +135,9 @@ func (sc *scraper) scrape(ctx context.Context) {
 		rs.met.scrapeOK.Inc()
 		q, okQ := sc.finite(fams, rs.rank, vllmQueries+"_total", vllmQueries, vllmQueriesOld+"_total", vllmQueriesOld)
 		h, okH := sc.finite(fams, rs.rank, vllmHits+"_total", vllmHits, vllmHitsOld+"_total", vllmHitsOld)
+		if c, metric, ok := sc.engineCached(fams, rs.rank, h, okH); ok {
+			rs.st.update(func(st *rankStatus) { st.EngineCached, st.EngineCachedMetric, st.EngineCachedAt = c, metric, began })
+		}
 		if !okQ || !okH {
 			continue
 		}
@@ -157,6 +161,23 @@ func (sc *scraper) scrape(ctx context.Context) {
 			rs.met.hitRate.Set(dh / dq)
 		}
 	}
+}
+
+// engineCached is the rank's cached prompt tokens counter: vLLM's
+// vllm:prompt_tokens_cached_total (local and external hits, counted at a
+// request's first token) when the engine exports it, else its prefix-cache
+// hits (hits, okHits).
+func (sc *scraper) engineCached(fams map[string]*dto.MetricFamily, rank int, hits float64, okHits bool) (float64, string, bool) {
+	for _, name := range []string{vllmPromptCached + "_total", vllmPromptCached} {
+		if m := sc.sample(fams[name], rank); m != nil {
+			v := sampleValue(m)
+			return v, vllmPromptCached + "_total", !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0
+		}
+	}
+	if okHits && (sc.sample(fams[vllmHits+"_total"], rank) != nil || sc.sample(fams[vllmHits], rank) != nil) {
+		return hits, vllmHits + "_total", true
+	}
+	return 0, "", false
 }
 
 // errBadSample: a load sample that is not a finite, non-negative number.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/routetest"
 )
 
 // TestFunnelSplitsPromptTokens: every routed prompt token lands in one
@@ -37,9 +38,17 @@ func TestFunnelSplitsPromptTokens(t *testing.T) {
 	check := func(step string) {
 		t.Helper()
 		got := f.Totals("qwen")
-		var sum int64
+		sum := got[TokensCachedPredicted] + got[TokensNew] + got[TokensGivenUpForLoad]
+		byRank := map[string]int64{}
+		for _, ep := range h.eps {
+			for o, n := range f.RankTotals("qwen", ep.Name) {
+				byRank[o] += n
+			}
+		}
 		for _, o := range TokenOutcomes {
-			sum += got[o]
+			if byRank[o] != got[o] {
+				t.Errorf("%s: %s = %d over the ranks, %d for the pool", step, o, byRank[o], got[o])
+			}
 			if got[o] != want[o] {
 				t.Errorf("%s: %s = %d, want %d (all %v)", step, o, got[o], want[o], got)
 			}
@@ -84,6 +93,52 @@ func TestFunnelSplitsPromptTokens(t *testing.T) {
 	want[TokensCachedPredicted] += int64(d.MatchedTokens)
 	want[TokensNew] += int64(d.PromptTokens - d.MatchedTokens)
 	check("cached as predicted")
+}
+
+// TestFunnelCheckWindow: a rank's check window holds the engine-comparable
+// cached tokens of the requests that began in it and ended before it
+// closed — one block less for a fully cached prompt, as vLLM recomputes
+// the last block — and nothing of a request that straddles two windows;
+// the engine-side outcomes stay parts of what they re-label.
+func TestFunnelCheckWindow(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	f := NewFunnel(prometheus.NewRegistry(), []string{"qwen"})
+	h.router.SetFunnel(f)
+	// A prompt that fills whole blocks, cached on one replica.
+	prompt := strings.Repeat("check window ", 8)
+	for len(h.keysOf(prompt, blockhash.RequestKeys{}))*testBlockSize != len(routetest.WordTokenizer{}.Encode(prompt, true)) {
+		prompt += " window"
+	}
+	keys := h.keysOf(prompt, blockhash.RequestKeys{})
+	holder := h.eps[0]
+	h.ix.Store(holder.Replica, keys, index.TierGPU)
+	f.NextWindow("qwen", holder.Name)
+	d := h.router.Decide("/v1/completions", completion(prompt), nil)
+	if d.Endpoint == nil || d.Endpoint.Name != holder.Name || d.MatchedTokens != d.PromptTokens {
+		t.Fatalf("decision %+v: want the holder with the whole prompt matched", d)
+	}
+	h.router.Begin(&d)
+	straddler := h.router.Decide("/v1/completions", completion(prompt), nil)
+	h.router.Begin(&straddler)
+	h.router.End(&d)
+	wantEngine := int64(d.PromptTokens - testBlockSize)
+	if got := f.NextWindow("qwen", holder.Name); got != wantEngine {
+		t.Errorf("window: %d predicted cached tokens, want %d (a block less than the %d matched)", got, wantEngine, d.MatchedTokens)
+	}
+	h.router.End(&straddler)
+	if got := f.NextWindow("qwen", holder.Name); got != 0 {
+		t.Errorf("next window: %d tokens of a request begun in the window before, want 0", got)
+	}
+	if got := f.EngineCachedPredicted("qwen", holder.Name); got != 2*wantEngine {
+		t.Errorf("engine-comparable predicted: %d, want %d", got, 2*wantEngine)
+	}
+	cp := f.RankTotals("qwen", holder.Name)[TokensCachedPredicted]
+	if n := f.AddEngineOutcome("qwen", holder.Name, TokensStale, cp+100); n != cp {
+		t.Errorf("stale over cached_predicted: counted %d, want the cap %d", n, cp)
+	}
+	if n := f.AddEngineOutcome("qwen", holder.Name, TokensCachedUnpredicted, 10); n != 0 {
+		t.Errorf("cached_unpredicted with no new tokens routed: counted %d, want 0", n)
+	}
 }
 
 func mustCounter(t *testing.T, reg *prometheus.Registry, outcome string) prometheus.Collector {

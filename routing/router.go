@@ -278,6 +278,11 @@ type Decision struct {
 	sharedID      uint64       // the Sharer's id for it
 	matchedBlocks int          // blocks of Keys the chosen replica held
 	heldTokens    int          // prompt tokens the best-holding candidate held (the funnel's bound)
+	// funnelRank, funnelCached and funnelGen place the request in its
+	// rank's cached_tokens check window (countFunnel, endFunnel).
+	funnelRank   *rankFunnel
+	funnelCached int
+	funnelGen    uint64
 }
 
 // Rejection is what to answer for a decision without an endpoint: its HTTP

@@ -38,10 +38,14 @@ const (
 	// checkHashAlgorithm: vllm:cache_config_info's prefix_caching_hash_algo
 	// against the pool's hash.algorithm.
 	checkHashAlgorithm = "hash_algorithm"
+	// checkCachedTokens: the cached prompt tokens kvroute predicted for the
+	// requests it routed to a replica against the engine's cached prompt
+	// tokens counter over the same window (parity_engine.go).
+	checkCachedTokens = "cached_tokens"
 )
 
 // parityChecks is every check, in the order they are shown.
-var parityChecks = [...]string{checkTokens, checkHashes, checkBlockSize, checkHashAlgorithm}
+var parityChecks = [...]string{checkTokens, checkHashes, checkBlockSize, checkHashAlgorithm, checkCachedTokens}
 
 // Check states (and kvroute_parity_checks_total's result label).
 const (
@@ -116,6 +120,8 @@ type parity struct {
 	reps    map[parityKey]*parityReplica
 	byPool  map[string]bool // pools routing by load for parity
 	restart map[parityKey]int64
+	// engine is each rank's engineTrack (the poll goroutine's alone).
+	engine map[parityKey]*engineTrack
 	// pools are the pools' configs at start (block_size and hash change only
 	// with a restart).
 	pools map[string]config.Pool
@@ -136,7 +142,7 @@ type parityReplica struct {
 // test walks them).
 func NewParityMetrics(reg prometheus.Registerer) (mismatch *prometheus.GaugeVec, checks *prometheus.CounterVec) {
 	mismatch = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_parity_mismatch",
-		Help: "1 while a replica's engine disagrees with its pool's config on check (tokens, hashes, block_size, hash_algorithm); 0 on match or unknown."},
+		Help: "1 while a replica's engine disagrees with its pool's config on check (tokens, hashes, block_size, hash_algorithm, cached_tokens); 0 on match or unknown."},
 		[]string{"pool", "replica", "check"})
 	checks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_parity_checks_total",
 		Help: "Parity check evaluations by check and result (match, mismatch, unknown)."}, []string{"pool", "check", "result"})
@@ -146,7 +152,8 @@ func NewParityMetrics(reg prometheus.Registerer) (mismatch *prometheus.GaugeVec,
 
 func newParity(s *Server, cfg config.Parity, reg prometheus.Registerer) *parity {
 	p := &parity{s: s, cfg: cfg, log: s.log, httpc: &http.Client{Timeout: cfg.Timeout.Std()},
-		reps: map[parityKey]*parityReplica{}, byPool: map[string]bool{}, restart: map[parityKey]int64{}, pools: map[string]config.Pool{}}
+		reps: map[parityKey]*parityReplica{}, byPool: map[string]bool{}, restart: map[parityKey]int64{}, pools: map[string]config.Pool{},
+		engine: map[parityKey]*engineTrack{}}
 	p.gauge, p.checks = NewParityMetrics(reg)
 	for i := range s.cfg.Pools {
 		p.pools[s.cfg.Pools[i].Name] = s.cfg.Pools[i]
@@ -172,6 +179,11 @@ func (p *parity) add(pool, name, address string, models []string) {
 	}
 	if !p.cfg.Canaries {
 		pr.states[checkTokens] = ParityState{State: parityUnknown, Since: now, Evidence: "canaries off (parity.canaries: false)"}
+	}
+	if p.cfg.CachedTokensWindow == 0 {
+		pr.states[checkCachedTokens] = ParityState{State: parityUnknown, Since: now, Evidence: "off (parity.cached_tokens_window: 0)"}
+	} else {
+		pr.states[checkCachedTokens] = ParityState{State: parityUnknown, Since: now, Evidence: "no window judged yet"}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -201,6 +213,9 @@ func (p *parity) remove(pool, name string) {
 	}
 	for _, c := range parityChecks {
 		p.gauge.DeleteLabelValues(pool, name, c)
+	}
+	if p.s.funnel != nil {
+		p.s.funnel.ForgetRank(pool, name)
 	}
 	p.applyPolicy(pool)
 }
@@ -391,8 +406,10 @@ func (p *parity) poll() {
 		restarts int64
 	}
 	byRep := map[parityKey]*agg{}
-	for _, st := range p.s.ingest.Status() {
-		k := parityKey{st.Pool, st.Replica}
+	statuses := p.s.ingest.Status()
+	p.engineSide(statuses)
+	for _, st := range statuses {
+		k := parityKey{st.Pool, replicaOf(&st)}
 		a := byRep[k]
 		if a == nil {
 			a = &agg{}
@@ -433,6 +450,15 @@ func (p *parity) poll() {
 		state, ev = hashAlgorithmState(pc, a.st)
 		p.set(k, checkHashAlgorithm, state, ev, state != parityUnknown)
 	}
+}
+
+// replicaOf is the replica a rank's status belongs to (the parity checks
+// are per replica; with data parallelism a replica has several ranks).
+func replicaOf(st *ingest.ReplicaStatus) string {
+	if st.ReplicaName != "" {
+		return st.ReplicaName
+	}
+	return st.Replica
 }
 
 func (p *parity) poolConfig(name string) *config.Pool {

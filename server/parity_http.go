@@ -39,6 +39,9 @@ func (s *Server) startParity(reg prometheus.Registerer) {
 type ReplicaView struct {
 	ingest.ReplicaStatus
 	Parity map[string]ParityState `json:"parity"`
+	// PromptTokens is this rank's share of its pool's prompt-token funnel
+	// since start, by outcome (absent before a request was routed to it).
+	PromptTokens map[string]int64 `json:"prompt_tokens,omitempty"`
 }
 
 // PoolView is one pool in GET /debug/replicas.
@@ -49,7 +52,9 @@ type PoolView struct {
 	Routing      string `json:"routing"`
 	IndexEntries int64  `json:"index_entries"`
 	// PromptTokens is the prompt tokens routed since start by outcome
-	// (kvroute_prompt_tokens_total).
+	// (kvroute_prompt_tokens_total): cached_predicted, new and
+	// given_up_for_load add up to the tokens routed; stale is a part of
+	// cached_predicted, cached_unpredicted of new and given_up_for_load.
 	PromptTokens     map[string]int64 `json:"prompt_tokens"`
 	ParityMismatches []ParityFinding  `json:"parity_mismatches"`
 	// Flow is the pool's flow control state (routing.flow_control).
@@ -66,7 +71,8 @@ type ReplicasView struct {
 func (s *Server) Replicas() ReplicasView {
 	var v ReplicasView
 	for _, st := range s.ingest.Status() {
-		v.Replicas = append(v.Replicas, ReplicaView{ReplicaStatus: st, Parity: s.parity.replicaStates(st.Pool, st.Replica)})
+		v.Replicas = append(v.Replicas, ReplicaView{ReplicaStatus: st, Parity: s.parity.replicaStates(st.Pool, replicaOf(&st)),
+			PromptTokens: s.funnel.RankTotals(st.Pool, st.Replica)})
 	}
 	for i := range s.cfg.Pools {
 		name := s.cfg.Pools[i].Name

@@ -48,6 +48,8 @@ func runSim(ctx context.Context, args []string, io stdio) error {
 	fs.Float64Var(&o.DynamoWeight, "dynamo-weight", o.DynamoWeight, "dynamo-kv's overlap_score_weight (prefill blocks' weight against decode blocks)")
 	fs.Float64Var(&o.DynamoTemperature, "dynamo-temperature", o.DynamoTemperature, "dynamo-kv's router_temperature (0: least cost; above: softmax sampling)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of every random choice in the run (the random policy, kvroute's tie-breaks among equal costs)")
+	fs.BoolVar(&o.GroundTruth, "ground-truth", false, "also compute what each engine really held at every decision (results' prompt_tokens_ground_truth: given_up_for_load and stale); one more prompt hash per engine and request")
+	fs.BoolVar(&o.EvictWithoutEvents, "evict-without-events", false, "engines drop cached blocks without BlockRemoved events (kvroute's index goes stale: its stale outcome counts it)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
 		return errUsage

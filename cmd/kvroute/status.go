@@ -20,7 +20,7 @@ import (
 const maxStatusAnswerBytes = 64 << 20
 
 // statusChecks are the parity checks in the order status prints them.
-var statusChecks = []string{"tokens", "hashes", "block_size", "hash_algorithm"}
+var statusChecks = []string{"tokens", "hashes", "block_size", "hash_algorithm", "cached_tokens"}
 
 // runStatus implements `kvroute status`: it reads a running kvroute's
 // admin GET /debug/replicas and prints every pool and replica for a person
@@ -68,20 +68,7 @@ func printStatus(w io.Writer, v *server.ReplicasView) error {
 		}
 		fmt.Fprintf(w, "pool %s: routing by %s, %d index entries, %d parity mismatches\n", p.Pool,
 			map[string]string{"prefix": "prefix and load", "load_only": "load only (parity mismatch)"}[p.Routing], p.IndexEntries, len(p.ParityMismatches))
-		var total int64
-		for _, n := range p.PromptTokens {
-			total += n
-		}
-		fmt.Fprintf(w, "prompt tokens routed: %d", total)
-		for _, o := range routing.TokenOutcomes {
-			n := p.PromptTokens[o]
-			if total > 0 {
-				fmt.Fprintf(w, ", %s %d (%.1f%%)", o, n, 100*float64(n)/float64(total))
-			} else {
-				fmt.Fprintf(w, ", %s %d", o, n)
-			}
-		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "prompt tokens %s\n", funnelLine(p.PromptTokens))
 		if f := p.Flow; f != nil {
 			fmt.Fprintf(w, "flow control: %s, %s, %d waiting (%d body bytes)", onOff(f.Enabled), map[bool]string{true: "saturated", false: "not saturated"}[f.Saturated], f.Queued, f.Bytes)
 			for _, b := range f.Bands {
@@ -125,6 +112,18 @@ func printStatus(w io.Writer, v *server.ReplicasView) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		var byRank []string
+		for _, r := range v.Replicas {
+			if r.Pool == p.Pool && r.PromptTokens != nil {
+				byRank = append(byRank, fmt.Sprintf("  %s: %s", r.Replica, funnelLine(r.PromptTokens)))
+			}
+		}
+		if len(byRank) > 0 {
+			fmt.Fprintln(w, "prompt tokens by replica:")
+			for _, l := range byRank {
+				fmt.Fprintln(w, l)
+			}
+		}
 		if len(evidence) > 0 {
 			fmt.Fprintln(w, "checks not matching:")
 			for _, e := range evidence {
@@ -140,6 +139,26 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// funnelLine is one prompt-token funnel: the tokens routed and their split
+// at routing time (shares of the routed), then what the engines reported
+// of them (stale: share of cached_predicted; cached_unpredicted: share of
+// new and given_up_for_load).
+func funnelLine(t map[string]int64) string {
+	pct := func(n, of int64) string {
+		if of <= 0 {
+			return ""
+		}
+		return fmt.Sprintf(" (%.1f%%)", 100*float64(n)/float64(of))
+	}
+	cp, nw, gu := t[routing.TokensCachedPredicted], t[routing.TokensNew], t[routing.TokensGivenUpForLoad]
+	total := cp + nw + gu
+	return fmt.Sprintf("routed %d: %s %d%s, %s %d%s, %s %d%s; engines: %s %d%s of cached_predicted, %s %d%s of the rest",
+		total, routing.TokensCachedPredicted, cp, pct(cp, total), routing.TokensNew, nw, pct(nw, total),
+		routing.TokensGivenUpForLoad, gu, pct(gu, total),
+		routing.TokensStale, t[routing.TokensStale], pct(t[routing.TokensStale], cp),
+		routing.TokensCachedUnpredicted, t[routing.TokensCachedUnpredicted], pct(t[routing.TokensCachedUnpredicted], nw+gu))
 }
 
 func yesNo(b bool) string {

@@ -80,7 +80,7 @@ pools:
 			t.Fatalf("status never showed the mismatch:\n%s", text)
 		}
 	}
-	for _, want := range []string{"pool p: routing by prefix and load", "1 parity mismatches", "prompt tokens routed: 0",
+	for _, want := range []string{"pool p: routing by prefix and load", "1 parity mismatches", "prompt tokens routed 0: cached_predicted 0",
 		"flow control: off, not saturated, 0 waiting (0 body bytes)",
 		"REPLICA", "TOKENS", "BLOCK_SIZE", "engine announces block_size", "the pool's is 16 (configured)"} {
 		if !strings.Contains(text, want) {

@@ -118,6 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		decodeTok    = fs.Duration("emu-decode-per-token", 5*time.Millisecond, "modelled time of a step in which sequences decode one token each")
 		legacy       = fs.Bool("emu-legacy-layout", false, "encode events as positional arrays (vLLM <= 0.23) and replay without the topic frame")
 		bytesHashes  = fs.Bool("emu-bytes-block-hashes", false, "publish full digests as block hashes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0)")
+		silentEvict  = fs.Bool("emu-evict-without-events", false, "reuse cached blocks without publishing BlockRemoved (an engine a router's index cannot follow; vLLM always publishes)")
 		loraModules  multiFlags
 		servedNames  multiFlags
 	)
@@ -179,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	}
 	engines, err := vllmemu.NewDataParallel(vllmemu.Options{
 		Model: served, ModelAliases: aliases, LoRAAdapters: loras, Tokenizer: tok, Chat: chat,
-		BlockSize: *blockSize, NumBlocks: *numBlocks, HashAlgo: algo, Seed: seed, BytesBlockHashes: *bytesHashes,
+		BlockSize: *blockSize, NumBlocks: *numBlocks, HashAlgo: algo, Seed: seed, BytesBlockHashes: *bytesHashes, EvictWithoutEvents: *silentEvict,
 		MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen,
 		PrefillPerToken: *prefillTok, DecodePerToken: *decodeTok, LegacyLayout: *legacy, Logger: log,
 	}, *dpSize, events)

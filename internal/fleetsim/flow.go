@@ -24,8 +24,9 @@ type kvFlow struct {
 
 // heldDecision is a waiting request: its id and its prepared decision.
 type heldDecision struct {
-	id int
-	pr routing.Prepared
+	id     int
+	tokens []int // its prompt (the funnel's ground truth reads it)
+	pr     routing.Prepared
 }
 
 type shedRequest struct {
@@ -55,7 +56,7 @@ func (k *kvFlow) offer(now time.Time, id int, tokens []int, c Class) (int, bool,
 	k.now = now
 	pr := k.router.PrepareIDs(simModel, tokens)
 	if k.q.Len() == 0 && !k.router.Saturated(simPool, nil) {
-		e, err := k.placed(id, k.router.DecidePrepared(&pr, nil))
+		e, err := k.placed(id, tokens, k.router.DecidePrepared(&pr, nil))
 		return e, false, err
 	}
 	if c.Priority < 0 {
@@ -65,7 +66,7 @@ func (k *kvFlow) offer(now time.Time, id int, tokens []int, c Class) (int, bool,
 	}
 	_, evicted, reason := k.q.Push(now, routing.FlowItem[heldDecision]{
 		Priority: c.Priority, Flow: c.Tenant, Cost: int64(pr.PromptTokens()), Bytes: int64(bodyBytesPerToken * len(tokens)),
-		Value: heldDecision{id: id, pr: pr},
+		Value: heldDecision{id: id, tokens: tokens, pr: pr},
 	})
 	for _, it := range evicted {
 		it.Value.pr.Discard()
@@ -99,7 +100,7 @@ func (k *kvFlow) release(now time.Time, place func(id, e int, err error), shed f
 		if !ok {
 			break
 		}
-		e, err := k.placed(it.Value.id, k.router.DecidePrepared(&it.Value.pr, nil))
+		e, err := k.placed(it.Value.id, it.Value.tokens, k.router.DecidePrepared(&it.Value.pr, nil))
 		place(it.Value.id, e, err)
 	}
 	expire() // Pop sets aside the expired it meets

@@ -206,6 +206,9 @@ type kvPicker struct {
 	movedTokens int64
 	// inbox holds peer-mesh messages not yet due (Options.PeerDelay).
 	inbox []delivery
+	// pool is the fleet's pool name; funnel its prompt-token funnel.
+	pool   string
+	funnel *simFunnel
 }
 
 // simModel and simPool are the simulated deployment's model and pool.
@@ -257,6 +260,8 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 		return nil, err
 	}
 	k.router.SeedTieBreaks(o.Seed) // a replay is repeatable for its seed
+	k.pool = pc.Name
+	k.funnel = newSimFunnel(k)
 	return k, nil
 }
 
@@ -264,12 +269,12 @@ func (k *kvPicker) pick(now time.Time, id int, tokens []int, _ []int) (int, erro
 	k.now = now
 	// Router.DecideIDs is Decide after the body is parsed: a body of 12k
 	// token ids through encoding/json would be most of the simulation's time.
-	return k.placed(id, k.router.DecideIDs(simModel, tokens))
+	return k.placed(id, tokens, k.router.DecideIDs(simModel, tokens))
 }
 
-// placed counts decision d of request id and, when it has an endpoint,
+// placed counts decision d of request id (prompt tokens) and, when it has an endpoint,
 // books it (Router.Begin) and returns its engine.
-func (k *kvPicker) placed(id int, d routing.Decision) (int, error) {
+func (k *kvPicker) placed(id int, tokens []int, d routing.Decision) (int, error) {
 	k.counts[d.Outcome+"/"+d.Reason]++
 	k.counts[counterExpected] += d.MatchedTokens // what the index promised
 	if d.Endpoint == nil {
@@ -289,9 +294,11 @@ func (k *kvPicker) placed(id int, d routing.Decision) (int, error) {
 			k.movedTokens += int64(best*k.blockSize - d.MatchedTokens)
 		}
 	}
+	e := k.byAddr[d.Endpoint.Address]
+	k.decided(id, &d, e, tokens)
 	k.router.Begin(&d)
 	k.pending[id] = &d
-	return k.byAddr[d.Endpoint.Address], nil
+	return e, nil
 }
 
 func (k *kvPicker) done(now time.Time, id int) {
@@ -304,7 +311,9 @@ func (k *kvPicker) done(now time.Time, id int) {
 
 func (k *kvPicker) events(now time.Time, e int, payload []byte) error {
 	k.now = now
-	return k.appliers[e].Apply(payload)
+	err := k.appliers[e].Apply(payload)
+	k.storedAgain(e)
+	return err
 }
 
 func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
@@ -316,6 +325,7 @@ func (k *kvPicker) scrape(now time.Time, stats []vllmemu.Stats) {
 			PrefillSeconds: s.PrefillSeconds, PrefillCount: float64(s.PrefillCount),
 		}, now)
 	}
+	k.scraped(stats)
 }
 
 // Counters a kvroute policy keeps beside its outcome/reason counts

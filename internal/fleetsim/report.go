@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/routebench"
+	"github.com/kvroute/kvroute/routing"
 )
 
 // Report is a simulation's outcome: every policy, and the two ceilings.
@@ -71,6 +72,11 @@ type jsonPolicy struct {
 	// MaxShedAfterMs is the longest a shed request waited for its answer.
 	MaxShedAfterMs float64      `json:"max_shed_after_ms,omitempty"`
 	Tenants        []jsonTenant `json:"tenants,omitempty"`
+	// PromptTokens is a kvroute policy's prompt-token funnel by outcome
+	// (kvroute_prompt_tokens_total's), PromptTokensTruth the simulator's
+	// ground truth of given_up_for_load and stale (with GroundTruth).
+	PromptTokens      map[string]int64 `json:"prompt_tokens,omitempty"`
+	PromptTokensTruth map[string]int64 `json:"prompt_tokens_ground_truth,omitempty"`
 }
 
 // jsonTenant is one tenant's part of a policy's run.
@@ -109,7 +115,8 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	for _, r := range rep.Results {
 		jp := jsonPolicy{Name: r.Name, TokenHitRate: r.HitRate(),
 			TTFTP50: msOf(r.Percentile(0.5)), TTFTP90: msOf(r.Percentile(0.9)), TTFTP99: msOf(r.Percentile(0.99)),
-			Requests: r.Requests, Errors: r.Errors, Shed: r.ShedTotal(), ShedByReason: r.Shed, FlowControl: r.FlowControl, Held: r.Held}
+			Requests: r.Requests, Errors: r.Errors, Shed: r.ShedTotal(), ShedByReason: r.Shed, FlowControl: r.FlowControl, Held: r.Held,
+			PromptTokens: r.Funnel, PromptTokensTruth: r.FunnelTruth}
 		if len(r.ShedAfter) > 0 {
 			jp.MaxShedAfterMs = msOf(slices.Max(r.ShedAfter))
 		}
@@ -173,6 +180,9 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s\n", decisionSummary(r))
+		if r.Funnel != nil {
+			fmt.Fprintf(w, "\n%s\n", funnelSummary(r))
+		}
 	}
 	rep.writeTenants(w)
 }
@@ -232,6 +242,34 @@ func (r *Result) label() string {
 		return r.Name + " (flow control)"
 	}
 	return r.Name
+}
+
+// funnelSummary says where a kvroute policy's prompt tokens went, as
+// kvroute_prompt_tokens_total counts them, beside the ground truth when the
+// run computed it.
+func funnelSummary(r *Result) string {
+	f := r.Funnel
+	routed := f[routing.TokensCachedPredicted] + f[routing.TokensNew] + f[routing.TokensGivenUpForLoad]
+	share := func(n, of int64) float64 {
+		if of == 0 {
+			return 0
+		}
+		return 100 * float64(n) / float64(of)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s prompt tokens: %d routed (the engines admitted %d); %s %.1f %%, %s %.1f %%, %s %.1f %% of them; %s %.1f %% of cached_predicted, %s %.1f %% of the rest",
+		r.Name, routed, r.PromptTokens,
+		routing.TokensCachedPredicted, share(f[routing.TokensCachedPredicted], routed),
+		routing.TokensNew, share(f[routing.TokensNew], routed),
+		routing.TokensGivenUpForLoad, share(f[routing.TokensGivenUpForLoad], routed),
+		routing.TokensStale, share(f[routing.TokensStale], f[routing.TokensCachedPredicted]),
+		routing.TokensCachedUnpredicted, share(f[routing.TokensCachedUnpredicted], f[routing.TokensNew]+f[routing.TokensGivenUpForLoad]))
+	if t := r.FunnelTruth; t != nil {
+		fmt.Fprintf(&b, "; ground truth: %s %d (kvroute %d), %s %d (kvroute %d)",
+			routing.TokensGivenUpForLoad, t[truthGivenUp], f[routing.TokensGivenUpForLoad], routing.TokensStale, t[truthStale], f[routing.TokensStale])
+	}
+	b.WriteString(".")
+	return b.String()
 }
 
 // decisionSummary says in words what a kvroute policy decided: how many

@@ -84,6 +84,13 @@ type Options struct {
 	// most one per ProgressInterval of wall time while it runs.
 	Progress         io.Writer
 	ProgressInterval time.Duration
+	// GroundTruth makes the kvroute policy also compute, for every request,
+	// what each engine really held (Result.FunnelTruth): one more prompt
+	// hash per engine and request.
+	GroundTruth bool
+	// EvictWithoutEvents makes every engine drop cached blocks without
+	// BlockRemoved events (vllmemu.Options.EvictWithoutEvents).
+	EvictWithoutEvents bool
 }
 
 // DefaultOptions is the fleet the Mooncake figures use: 16 engines of
@@ -127,6 +134,11 @@ type Result struct {
 	// Tenants breaks the run down by tenant, for sources whose requests
 	// name one (Record.Tenant).
 	Tenants map[string]*TenantResult
+	// Funnel is kvroute's prompt-token funnel by outcome (kvroute policies;
+	// summed over gateways), FunnelTruth the simulator's ground truth of
+	// given_up_for_load and stale (Options.GroundTruth).
+	Funnel      map[string]int64
+	FunnelTruth map[string]int64
 }
 
 // TenantResult is one tenant's part of a run.
@@ -269,7 +281,7 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 	eo := vllmemu.Options{
 		BlockSize: o.BlockSize, NumBlocks: o.KVBlocks, HashAlgo: simAlgo, MaxNumSeqs: o.MaxNumSeqs,
 		MaxNumBatchedTokens: o.MaxNumBatchedTokens, MaxModelLen: o.MaxModelLen,
-		PrefillPerToken: o.Prefill, DecodePerToken: o.Decode,
+		PrefillPerToken: o.Prefill, DecodePerToken: o.Decode, EvictWithoutEvents: o.EvictWithoutEvents,
 	}
 	// A context longer than the KV cache cannot run: cap it (longer prompts
 	// are then counted as errors, as vLLM rejects them).
@@ -298,6 +310,10 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 	p, err := newPicker(policy, engines, o)
 	if err != nil {
 		return nil, err
+	}
+	tw, _ := p.(truthWatcher)
+	if o.GroundTruth && tw != nil {
+		tw.groundTruth(eng)
 	}
 	res := &Result{Name: policy, PerEngine: make([]int, engines)}
 	fp, _ := p.(flowPicker)
@@ -332,6 +348,9 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 		}
 		if w, ok := p.(prefillWatcher); ok {
 			w.prefilled(now, q.ID)
+		}
+		if tw != nil {
+			tw.admitted(q.ID, q.HitTokens())
 		}
 	}
 	done := func(q *vllmemu.VirtualRequest) {
@@ -480,5 +499,8 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 		fmt.Fprintf(o.Progress, "sim %s: done, %d requests, %.0f s of the trace in %.1f s\n", policy, n, res.Virtual.Seconds(), res.Wall.Seconds())
 	}
 	res.Decisions = p.decisions()
+	if r, ok := p.(funnelReporter); ok {
+		res.Funnel, res.FunnelTruth = r.funnelTotals()
+	}
 	return res, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/panics"
 	"github.com/kvroute/kvroute/internal/vllmemu"
+	"github.com/kvroute/kvroute/routing"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -307,9 +308,12 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 			floors := bounds[0].TTFT
 			for _, p := range o.Policies {
 				befores := make([]map[string]float64, len(kvs[p]))
+				funnelBefore := make([]map[string]float64, len(kvs[p]))
+				parityBefore := make([]map[string]float64, len(kvs[p]))
 				meshBefore := make([]MeshDelay, len(kvs[p]))
 				for i, kv := range kvs[p] {
-					befores[i], meshBefore[i] = kv.Decisions(), kv.MeshDelay()
+					befores[i], funnelBefore[i], meshBefore[i] = kv.Decisions(), kv.PromptTokens(), kv.MeshDelay()
+					parityBefore[i] = kv.ParityChecks()
 				}
 				r, err := runPhase(ctx, fleet, driver, o, p, kvs[p], w, reqs, floors)
 				if err != nil {
@@ -321,12 +325,20 @@ func RunBench(ctx context.Context, o BenchOptions) ([]*Result, error) {
 					}
 				}
 				if len(kvs[p]) > 0 {
-					r.Decisions = map[string]int{}
+					r.Decisions, r.Funnel, r.ParityChecks = map[string]int{}, map[string]int64{}, map[string]int{}
 					var mesh MeshDelay
 					for i, kv := range kvs[p] {
 						for k, v := range kv.Decisions() {
 							if d := int(v - befores[i][k]); d > 0 {
 								r.Decisions[k] += d
+							}
+						}
+						for o, v := range kv.PromptTokens() {
+							r.Funnel[o] += int64(v - funnelBefore[i][o])
+						}
+						for c, v := range kv.ParityChecks() {
+							if d := int(v - parityBefore[i][c]); d > 0 {
+								r.ParityChecks[c] += d
 							}
 						}
 						after := kv.MeshDelay()
@@ -819,5 +831,20 @@ func writeDecisions(w io.Writer, results []*Result) {
 			parts = append(parts, fmt.Sprintf("%s %d", k, r.Decisions[k]))
 		}
 		fmt.Fprintf(w, "- %g req/s %s: %s\n", r.Rate, r.Policy, strings.Join(parts, ", "))
+		if f := r.Funnel; f != nil {
+			routed := f[routing.TokensCachedPredicted] + f[routing.TokensNew] + f[routing.TokensGivenUpForLoad]
+			fmt.Fprintf(w, "  prompt tokens (kvroute_prompt_tokens_total): %d routed (the engines' responses say %d); %s %d, %s %d, %s %d; of them per the engines %s %d, %s %d\n",
+				routed, r.PromptTokens, routing.TokensCachedPredicted, f[routing.TokensCachedPredicted], routing.TokensNew, f[routing.TokensNew],
+				routing.TokensGivenUpForLoad, f[routing.TokensGivenUpForLoad], routing.TokensStale, f[routing.TokensStale],
+				routing.TokensCachedUnpredicted, f[routing.TokensCachedUnpredicted])
+		}
+		if pc := r.ParityChecks; pc != nil {
+			keys := slices.Sorted(maps.Keys(pc))
+			parts := make([]string, 0, len(keys))
+			for _, k := range keys {
+				parts = append(parts, fmt.Sprintf("%s %d", k, pc[k]))
+			}
+			fmt.Fprintf(w, "  parity checks (kvroute_parity_checks_total, check/result): %s\n", strings.Join(parts, ", "))
+		}
 	}
 }

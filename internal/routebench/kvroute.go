@@ -226,6 +226,39 @@ func (k *KVRoute) Decisions() map[string]float64 {
 	return out
 }
 
+// PromptTokens returns kvroute_prompt_tokens_total by outcome, summed over
+// pools: where the prompt tokens kvroute routed went.
+func (k *KVRoute) PromptTokens() map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range k.series("kvroute_prompt_tokens_total") {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "outcome" {
+				out[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// ParityChecks returns kvroute_parity_checks_total by "check/result",
+// summed over pools: how often each parity check ran and what it found.
+func (k *KVRoute) ParityChecks() map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range k.series("kvroute_parity_checks_total") {
+		var check, result string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "check":
+				check = l.GetValue()
+			case "result":
+				result = l.GetValue()
+			}
+		}
+		out[check+"/"+result] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
 // MeshDelay is kvroute_peer_message_delay_seconds as read now: messages
 // handled, their summed delay and how many took over 20 ms (zero without
 // the peer mesh).

@@ -61,6 +61,14 @@ type Result struct {
 	// Decisions counts kvroute's routing decisions by "outcome/reason"
 	// (kvroute_route_decisions_total); nil for gateway-side policies.
 	Decisions map[string]int
+	// Funnel is kvroute's prompt-token funnel over the phase by outcome
+	// (kvroute_prompt_tokens_total deltas, summed over the kvroutes); nil
+	// for gateway-side policies.
+	Funnel map[string]int64
+	// ParityChecks is kvroute's parity check evaluations over the phase by
+	// "check/result" (kvroute_parity_checks_total deltas); a tokens
+	// evaluation is one canary round (two /tokenize requests).
+	ParityChecks map[string]int
 }
 
 // Label is the report section of r: its workload and setup.

@@ -29,6 +29,9 @@ type blockPool struct {
 	blockSize int
 	intHashes bool
 	events    []kvEvent
+	// silentEvict drops cached blocks without a BlockRemoved event
+	// (Options.EvictWithoutEvents).
+	silentEvict bool
 }
 
 func newBlockPool(numBlocks, blockSize int, intHashes bool) *blockPool {
@@ -144,7 +147,9 @@ func (p *blockPool) evict(b *block) {
 	} else {
 		p.cached[k] = bs
 	}
-	p.events = append(p.events, kvEvent{kind: kindBlockRemoved, hashes: []blockHash{p.eventHash(&b.digest)}, hasGroupIdx: true})
+	if !p.silentEvict {
+		p.events = append(p.events, kvEvent{kind: kindBlockRemoved, hashes: []blockHash{p.eventHash(&b.digest)}, hasGroupIdx: true})
+	}
 	b.hashed, b.digest = false, blockhash.Digest{}
 }
 

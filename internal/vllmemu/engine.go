@@ -47,6 +47,10 @@ type Options struct {
 	// BytesBlockHashes publishes full digests instead of 64-bit values
 	// (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0).
 	BytesBlockHashes bool
+	// EvictWithoutEvents drops cached blocks to reuse them without
+	// publishing BlockRemoved: an engine whose index a router cannot keep
+	// (a disagreement on purpose; vLLM always publishes them).
+	EvictWithoutEvents bool
 	// MaxNumSeqs bounds the running sequences, default 8.
 	MaxNumSeqs int
 	// MaxNumBatchedTokens is the per-step token budget (chunked prefill),
@@ -203,6 +207,7 @@ func build(opts Options) (*Engine, error) {
 	for i, name := range opts.LoRAAdapters {
 		e.loraIDs[name] = int64(i + 1)
 	}
+	e.pool.silentEvict = opts.EvictWithoutEvents
 	e.filler = makeFiller(opts.Tokenizer)
 	e.met = newMetrics(e.reg, e)
 	return e, nil

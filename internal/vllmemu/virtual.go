@@ -143,3 +143,7 @@ func (v *Virtual) advance(now time.Time) {
 		v.now = now
 	}
 }
+
+// CachedPrefixBlocks is an oracle: the leading full blocks of tokens that
+// admission would hit in this engine's prefix cache now (Engine's).
+func (v *Virtual) CachedPrefixBlocks(tokens []int) int { return v.e.CachedPrefixBlocks(tokens, "", "") }

@@ -1,0 +1,159 @@
+package fleetsim
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/internal/vllmemu"
+	"github.com/kvroute/kvroute/routing"
+)
+
+// Ground-truth keys of Result.FunnelTruth: what the simulator, which sees
+// every engine's cache, says of the outcomes kvroute can only infer.
+const (
+	truthGivenUp = routing.TokensGivenUpForLoad
+	truthStale   = routing.TokensStale
+)
+
+// simFunnel is a kvroute instance's prompt-token funnel as the server keeps
+// it: routing's counts per decision, stale from the blocks its engines
+// stored again (ingest), cached_unpredicted from their cached prompt tokens
+// counters at each scrape; and, with Options.GroundTruth, the truth.
+type simFunnel struct {
+	f         *routing.Funnel
+	engines   []*vllmemu.Virtual
+	stored    []int64 // per engine: BlocksStoredAgain already counted
+	stale     []int64 // per engine: stale tokens counted
+	counted   []int64 // per engine: cached_unpredicted counted
+	truth     map[string]int64
+	predicted map[int]int // request id → engine-comparable predicted cached tokens (ground truth)
+}
+
+func newSimFunnel(k *kvPicker) *simFunnel {
+	sf := &simFunnel{f: routing.NewFunnel(prometheus.NewRegistry(), []string{k.pool}),
+		stored: make([]int64, len(k.eps)), stale: make([]int64, len(k.eps)), counted: make([]int64, len(k.eps))}
+	k.router.SetFunnel(sf.f)
+	return sf
+}
+
+// groundTruth makes the instance compute the truth over engines.
+func (k *kvPicker) groundTruth(engines []*vllmemu.Virtual) {
+	k.funnel.engines = engines
+	k.funnel.truth = map[string]int64{truthGivenUp: 0, truthStale: 0}
+	k.funnel.predicted = map[int]int{}
+}
+
+// decided records the truth of a routed decision: the cached prefix the
+// best engine really held beyond the chosen one's, and the hit the
+// decision predicted (as vLLM counts hits), for admitted.
+func (k *kvPicker) decided(id int, d *routing.Decision, chosen int, tokens []int) {
+	sf := k.funnel
+	if sf.engines == nil || len(d.Keys) == 0 {
+		return
+	}
+	best, mine := 0, 0
+	for e, v := range sf.engines {
+		n := v.CachedPrefixBlocks(tokens)
+		best = max(best, n)
+		if e == chosen {
+			mine = n
+		}
+	}
+	sf.truth[truthGivenUp] += int64((best - mine) * k.blockSize)
+	pred := min(d.MatchedTokens, len(tokens))
+	if capped := (len(tokens) - 1) / k.blockSize * k.blockSize; pred > capped {
+		pred = capped
+	}
+	sf.predicted[id] = pred
+}
+
+// admitted records the truth of a request's hit: predicted cached tokens
+// the engine did not serve from its cache were stale.
+func (k *kvPicker) admitted(id, hit int) {
+	sf := k.funnel
+	if sf.predicted == nil {
+		return
+	}
+	if pred, ok := sf.predicted[id]; ok {
+		sf.truth[truthStale] += int64(max(pred-hit, 0))
+		delete(sf.predicted, id)
+	}
+}
+
+// storedAgain turns engine e's blocks stored again into stale tokens.
+func (k *kvPicker) storedAgain(e int) {
+	sf := k.funnel
+	n := k.appliers[e].BlocksStoredAgain()
+	if d := n - sf.stored[e]; d > 0 {
+		sf.stale[e] += sf.f.AddEngineOutcome(k.pool, k.eps[e].Name, routing.TokensStale, d*int64(k.blockSize))
+	}
+	sf.stored[e] = n
+}
+
+// scraped counts cached_unpredicted from the engines' cached prompt tokens
+// counters (vllm:prompt_tokens_cached_total) against the hits predicted for
+// the requests routed there so far, as the server's parity loop does; the
+// simulation starts idle, so the base is zero.
+func (k *kvPicker) scraped(stats []vllmemu.Stats) {
+	sf := k.funnel
+	for e, s := range stats {
+		excess := s.PrefilledCachedTokens - (sf.f.EngineCachedPredicted(k.pool, k.eps[e].Name) - sf.stale[e])
+		if excess > sf.counted[e] {
+			sf.counted[e] += sf.f.AddEngineOutcome(k.pool, k.eps[e].Name, routing.TokensCachedUnpredicted, excess-sf.counted[e])
+		}
+	}
+}
+
+// funnelTotals is the instance's funnel and ground truth (nil without it).
+func (k *kvPicker) funnelTotals() (funnel, truth map[string]int64) {
+	return k.funnel.f.Totals(k.pool), k.funnel.truth
+}
+
+// funnelReporter is a picker with a prompt-token funnel (kvroute's).
+type funnelReporter interface {
+	funnelTotals() (funnel, truth map[string]int64)
+}
+
+// truthWatcher is a picker that computes the funnel's ground truth.
+type truthWatcher interface {
+	groundTruth(engines []*vllmemu.Virtual)
+	admitted(id, hit int)
+}
+
+func (m *multiPicker) funnelTotals() (funnel, truth map[string]int64) {
+	for _, p := range m.ps {
+		r, ok := p.(funnelReporter)
+		if !ok {
+			return nil, nil
+		}
+		f, t := r.funnelTotals()
+		funnel, truth = addTotals(funnel, f), addTotals(truth, t)
+	}
+	return funnel, truth
+}
+
+func (m *multiPicker) groundTruth(engines []*vllmemu.Virtual) {
+	for _, p := range m.ps {
+		if w, ok := p.(truthWatcher); ok {
+			w.groundTruth(engines)
+		}
+	}
+}
+
+func (m *multiPicker) admitted(id, hit int) {
+	if w, ok := m.ps[id%len(m.ps)].(truthWatcher); ok {
+		w.admitted(id, hit)
+	}
+}
+
+func addTotals(sum, t map[string]int64) map[string]int64 {
+	if t == nil {
+		return sum
+	}
+	if sum == nil {
+		sum = map[string]int64{}
+	}
+	for o, n := range t {
+		sum[o] += n
+	}
+	return sum
+}
