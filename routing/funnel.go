@@ -65,6 +65,8 @@ type poolFunnel struct {
 // rankFunnel is one replica rank's share of its pool's funnel.
 type rankFunnel struct {
 	total [len(TokenOutcomes)]atomic.Int64
+	// requests counts the requests counted here (RankRequests).
+	requests atomic.Int64
 	// engineCached is the cached prompt tokens predicted for the requests
 	// routed here as the engine counts hits: a fully cached prompt still
 	// computes its last block (vLLM's get_computed_blocks caps a hit at
@@ -124,6 +126,16 @@ func (f *Funnel) RankTotals(pool, rank string) map[string]int64 {
 		return nil
 	}
 	return totalsOf(&rf.total)
+}
+
+// RankRequests is how many routed requests with block keys went to a
+// replica rank since start (0 when none did).
+func (f *Funnel) RankRequests(pool, rank string) int64 {
+	rf := f.rankOf(pool, rank, false)
+	if rf == nil {
+		return 0
+	}
+	return rf.requests.Load()
 }
 
 // EngineCachedPredicted is the cached prompt tokens predicted for every
@@ -231,6 +243,7 @@ func (r *Router) countFunnel(d *Decision) {
 		return
 	}
 	rf := f.rankOf(d.Pool, d.Endpoint.Name, true)
+	rf.requests.Add(1)
 	chosen := min(d.MatchedTokens, d.PromptTokens)
 	best := max(chosen, d.heldTokens)
 	for i, n := range [...]int{outCachedPredicted: chosen, outNew: d.PromptTokens - best, outGivenUp: best - chosen} {

@@ -275,14 +275,42 @@ func (p *parity) canaryLoop(ctx context.Context, pr *parityReplica) {
 		tick = t.C
 	}
 	for {
+		routed := p.routedTo(pr.key)
 		p.checkTokens(ctx, pr)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick:
-		case <-pr.kick:
+		for wait := true; wait; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick:
+				// A periodic round waits for its share of real traffic;
+				// the events (a join, a restart, a reload) never do.
+				wait = routed >= 0 && p.routedTo(pr.key)-routed < requestsPerCanary*int64(len(canaries(pr.model)))
+			case <-pr.kick:
+				wait = false
+			}
 		}
 	}
+}
+
+// requestsPerCanary is how many requests kvroute must have routed to a
+// replica since its last canary round before a periodic round runs: the
+// canaries stay at most 1 % of a replica's requests.
+const requestsPerCanary = 100
+
+// routedTo is how many requests with block keys kvroute has routed to
+// replica k (all its ranks) since start; -1 when it does not count them.
+func (p *parity) routedTo(k parityKey) int64 {
+	f := p.s.funnel
+	if f == nil {
+		return -1
+	}
+	var n int64
+	for _, st := range p.s.ingest.Status() {
+		if st.Pool == k.pool && replicaOf(&st) == k.replica {
+			n += f.RankRequests(st.Pool, st.Replica)
+		}
+	}
+	return n
 }
 
 // checkTokens sends the canaries to the engine's /tokenize and compares

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,5 +251,51 @@ pools:
 		for _, rank := range []string{"dp/dp0", "dp/dp1"} {
 			waitParity(t, s, rank, c, parityMatch, traffic)
 		}
+	}
+}
+
+// TestParityCanariesStayUnderOnePercent counts the engine's POST /tokenize
+// requests: with no traffic the periodic rounds (parity.interval 1s here)
+// wait, so the only canaries are the start round's; once kvroute has routed
+// requestsPerCanary requests per canary to the replica, a round runs again.
+func TestParityCanariesStayUnderOnePercent(t *testing.T) {
+	e, err := vllmemu.New(emuOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	var tokenizes atomic.Int64
+	h := e.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			tokenizes.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	m := &emu{e: e, srv: srv}
+	s, _ := runServer(t, parityConfig(t, "keep_routing", m))
+	gw := startGateway(t, s)
+	waitParity(t, s, "r0", checkTokens, parityMatch, nil)
+	perRound := int64(len(canaries("qwen")))
+	start := tokenizes.Load()
+	time.Sleep(3500 * time.Millisecond) // three periodic ticks, no traffic
+	if n := tokenizes.Load() - start; n != 0 {
+		t.Fatalf("%d canary requests in 3 idle intervals; want 0 (no routed traffic to be 1 %% of)", n)
+	}
+	routed := int(requestsPerCanary * perRound)
+	for i := range routed {
+		completeVia(t, gw, fmt.Sprintf("Request %d. %s", i, prose(4)))
+	}
+	for deadline := time.Now().Add(10 * time.Second); tokenizes.Load()-start < perRound; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no periodic canary round after %d routed requests", routed)
+		}
+	}
+	if n := tokenizes.Load() - start; n*100 > int64(routed) {
+		t.Errorf("%d canary requests for %d routed: over 1 %%", n, routed)
 	}
 }
