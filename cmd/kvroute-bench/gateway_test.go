@@ -39,7 +39,7 @@ func startGatewayCmd(t *testing.T, args ...string) string {
 			t.Errorf("gateway exit %d: %s", code, errw.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := listeningRE.FindStringSubmatch(out.String()); m != nil {
 			return m[1]
