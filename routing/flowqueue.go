@@ -307,6 +307,18 @@ func (q *FlowQueue[T]) Pop(now time.Time) (FlowItem[T], bool) {
 	return zero, false
 }
 
+// Head is the priority of the request Pop would return at now (ok false:
+// none). Requests past their deadline at now are set aside for Expired.
+func (q *FlowQueue[T]) Head(now time.Time) (priority int, ok bool) {
+	q.expire(now)
+	for _, b := range q.bands {
+		if b.n > 0 {
+			return b.priority, true
+		}
+	}
+	return 0, false
+}
+
 // Expired removes and returns every request whose deadline is at or before
 // now, oldest deadline first.
 func (q *FlowQueue[T]) Expired(now time.Time) []FlowItem[T] {
