@@ -231,6 +231,8 @@ func TestFlowQueueRemove(t *testing.T) {
 func FuzzFlowQueue(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 	f.Add([]byte("\x00\x10\x20\x00\x11\x21\x00\x12\x22\x01\x02\x03\x04\x00\x05\x30"))
+	// One slot: flow a's second request is refused, flow b's evicts it.
+	f.Add([]byte{0, 200, 0, 0, 1, 0, 1, 0, 5})
 	f.Fuzz(runFlowOps)
 }
 
