@@ -210,6 +210,12 @@ type FlowControl struct {
 	// SaturationTTFT: a replica is busy when the cost model predicts a new
 	// request's first token more than this from now (0: this test is off).
 	SaturationTTFT Duration `yaml:"saturation_ttft" default:"1s" check:"nonnegative" reload:"live"`
+	// LowPrioritySaturationTTFT is SaturationTTFT for the requests of a
+	// priority below the pool's top one (the highest priority of
+	// Objectives, or seen in the pool since start; at least 0): capacity
+	// held back so a higher band does not wait behind their prefill (0:
+	// SaturationTTFT for every priority).
+	LowPrioritySaturationTTFT Duration `yaml:"low_priority_saturation_ttft" default:"50ms" check:"nonnegative" reload:"live"`
 	// SaturationWaiting: a replica is busy when its last scrape reported
 	// more waiting requests than this (0: this test is off). A pool is
 	// saturated when every eligible replica is busy.

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"math"
+	"time"
 
 	"github.com/kvroute/kvroute/index"
 )
@@ -82,7 +83,43 @@ func (r *Router) Saturated(pool string, subset map[string]bool) bool {
 	if p == nil {
 		return false
 	}
-	return r.saturated(p, subset, nil, 0, 0)
+	return r.saturated(p, subset, nil, 0, 0, r.o().Flow.SaturationTTFT)
+}
+
+// BandSaturated is Saturated for a request of priority: below the pool's
+// top priority — the highest of the objectives' priorities and of those
+// seen in the pool (NoteFlowPriority), at least 0 — a replica is busy past
+// Flow.LowPrioritySaturationTTFT instead (when set and smaller), so lower
+// bands leave capacity for higher ones. Priority 0 is the top while no
+// higher priority is configured or seen.
+func (r *Router) BandSaturated(pool string, subset map[string]bool, priority int) bool {
+	p := r.poolNamed(pool)
+	if p == nil {
+		return false
+	}
+	f := &r.o().Flow
+	bound := f.SaturationTTFT
+	if low := f.LowPrioritySaturationTTFT; low > 0 && (bound <= 0 || low < bound) &&
+		priority < max(f.topPriority(), int(p.flowTop.Load())) {
+		bound = low
+	}
+	return r.saturated(p, subset, nil, 0, 0, bound)
+}
+
+// NoteFlowPriority records that a request of priority reached flow
+// control in pool, raising the pool's top priority (BandSaturated) for
+// good when it is higher.
+func (r *Router) NoteFlowPriority(pool string, priority int) {
+	p := r.poolNamed(pool)
+	if p == nil {
+		return
+	}
+	for {
+		top := p.flowTop.Load()
+		if int64(priority) <= top || p.flowTop.CompareAndSwap(top, int64(priority)) {
+			return
+		}
+	}
 }
 
 // SaturatedFor is Saturated for the prepared request: each replica's
@@ -96,12 +133,13 @@ func (r *Router) SaturatedFor(pr *Prepared) bool {
 	if pr.how == prepKeys {
 		keys = pr.keys
 	}
-	return r.saturated(pr.pool, pr.subset, keys, pr.promptTokens, pr.blockSize)
+	return r.saturated(pr.pool, pr.subset, keys, pr.promptTokens, pr.blockSize, r.o().Flow.SaturationTTFT)
 }
 
 // saturated is Saturated with a request of promptTokens whose block keys
-// (nil: none known) are looked up for each replica's uncached part.
-func (r *Router) saturated(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int) bool {
+// (nil: none known) are looked up for each replica's uncached part, and a
+// replica busy past ttft (0: that test is off).
+func (r *Router) saturated(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int, ttft time.Duration) bool {
 	f := &r.o().Flow
 	var buf [64]candidate
 	cands := r.eligible(p, subset, buf[:0], nil)
@@ -124,7 +162,7 @@ func (r *Router) saturated(p *pool, subset map[string]bool, keys []index.BlockKe
 				break
 			}
 		}
-		busy := (f.SaturationTTFT > 0 && r.cost(c, uncached) > f.SaturationTTFT.Seconds()) ||
+		busy := (ttft > 0 && r.cost(c, uncached) > ttft.Seconds()) ||
 			(f.SaturationWaiting > 0 && c.state.Load.Waiting > f.SaturationWaiting)
 		if !busy {
 			return false

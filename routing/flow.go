@@ -159,7 +159,8 @@ func (fc *FlowControl) decide(ctx context.Context, prp *Prepared, body []byte, p
 	if fp == nil || !r.o().Flow.Enabled || body == nil {
 		return FlowOutcome{Decision: r.DecidePrepared(&pr, rec)}
 	}
-	if fp.waiting.Load() == 0 && !r.Saturated(fp.name, pr.subset) {
+	r.NoteFlowPriority(fp.name, priority)
+	if fp.waiting.Load() == 0 && !r.BandSaturated(fp.name, pr.subset, priority) {
 		return FlowOutcome{Decision: r.DecidePrepared(&pr, rec)}
 	}
 	if priority < 0 {
@@ -306,20 +307,40 @@ func (fp *flowPool) tick() time.Duration {
 	return next
 }
 
-// step sheds the waiters whose TTL passed and releases waiters, highest
-// priority first and fairly within a band, while the pool is not saturated
-// (all of them when flow control was turned off). The lock is held.
-func (fp *flowPool) step(now time.Time) {
-	r := fp.fc.r
-	for _, it := range fp.q.Expired(now) {
-		fp.finish(it, now, ShedTTL)
+// FlowStep is one step of pool's dispatcher over its queue q at now: it
+// sheds the requests whose TTL passed (shed, ShedTTL), then releases
+// requests, highest priority first and fairly within a band, while the
+// pool is not saturated for the next one's priority (BandSaturated; all of
+// them when flow control is off). release must decide its request and put
+// its load on the books (BeginLoad) before it returns: the next saturation
+// check counts it. The server's dispatcher (RunPool) and the simulator
+// both step their queues with it.
+func FlowStep[T any](r *Router, pool string, q *FlowQueue[T], now time.Time, release func(FlowItem[T]), shed func(it FlowItem[T], reason string)) {
+	for _, it := range q.Expired(now) {
+		shed(it, ShedTTL)
 	}
 	enabled := r.o().Flow.Enabled
-	for fp.q.Len() > 0 && (!enabled || !r.Saturated(fp.name, nil)) {
-		it, ok := fp.q.Pop(now)
+	for {
+		p, ok := q.Head(now)
+		if !ok || (enabled && r.BandSaturated(pool, nil, p)) {
+			break
+		}
+		it, ok := q.Pop(now)
 		if !ok {
 			break
 		}
+		release(it)
+	}
+	// Head and Pop may have set expired ones aside.
+	for _, it := range q.Expired(now) {
+		shed(it, ShedTTL)
+	}
+}
+
+// step is FlowStep on the pool's queue (the lock is held).
+func (fp *flowPool) step(now time.Time) {
+	r := fp.fc.r
+	FlowStep(r, fp.name, fp.q, now, func(it FlowItem[*waiter]) {
 		w := it.Value
 		fp.release(w)
 		if w.d.Endpoint != nil {
@@ -331,11 +352,7 @@ func (fp *flowPool) step(now time.Time) {
 		fp.fc.m.wait(fp.name, it.Priority, now.Sub(it.Enqueued))
 		fp.gauges(it.Priority)
 		close(w.done)
-	}
-	// Pop may have set expired ones aside.
-	for _, it := range fp.q.Expired(now) {
-		fp.finish(it, now, ShedTTL)
-	}
+	}, func(it FlowItem[*waiter], reason string) { fp.finish(it, now, reason) })
 	fp.waiting.Store(int64(fp.q.Len()))
 }
 

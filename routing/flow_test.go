@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,95 @@ func TestSaturated(t *testing.T) {
 	set(0, 0)
 	if h.router.Saturated("qwen", nil) {
 		t.Fatal("both tests off: saturated")
+	}
+}
+
+// Below the pool's top priority a replica is busy past
+// LowPrioritySaturationTTFT; priority 0 is the top until a higher priority
+// is configured or seen, so requests without an objective are not held
+// back for a band nobody uses.
+func TestBandSaturated(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	o := h.router.Options()
+	o.Flow.SaturationTTFT, o.Flow.LowPrioritySaturationTTFT, o.Flow.SaturationWaiting = time.Second, 100*time.Millisecond, 0
+	h.router.SetOptions(o)
+	// 0.5 s of prefill queued on every replica (10,000 tokens/s).
+	for _, ep := range h.eps {
+		d := Decision{Pool: "qwen", Endpoint: &ep, PromptTokens: 5000}
+		h.router.BeginLoad(&d)
+	}
+	if h.router.BandSaturated("qwen", nil, 0) {
+		t.Fatal("no priority above 0 configured or seen: priority 0 held back")
+	}
+	if !h.router.BandSaturated("qwen", nil, -1) {
+		t.Fatal("a negative priority is below the top, 0, yet not held back")
+	}
+	h.router.NoteFlowPriority("qwen", 3)
+	h.router.NoteFlowPriority("qwen", 1) // the top stays 3
+	if !h.router.BandSaturated("qwen", nil, 0) || !h.router.BandSaturated("qwen", nil, 2) {
+		t.Fatal("below a seen priority 3, 0.5 s queued over a 100 ms bound: not saturated")
+	}
+	if h.router.BandSaturated("qwen", nil, 3) || h.router.BandSaturated("qwen", nil, 4) {
+		t.Fatal("the top band held back at the lower bound")
+	}
+	// Configured objectives raise the top too, and a lower bound that is
+	// not lower, or zero, changes nothing.
+	h2 := newHarness(t, harnessOptions{})
+	o = h2.router.Options()
+	o.Flow.SaturationTTFT, o.Flow.LowPrioritySaturationTTFT, o.Flow.SaturationWaiting = time.Second, 100*time.Millisecond, 0
+	o.Flow.Objectives = map[string]int{"interactive": 5, "batch": -1}
+	h2.router.SetOptions(o)
+	for _, ep := range h2.eps {
+		d := Decision{Pool: "qwen", Endpoint: &ep, PromptTokens: 5000}
+		h2.router.BeginLoad(&d)
+	}
+	if !h2.router.BandSaturated("qwen", nil, 0) || h2.router.BandSaturated("qwen", nil, 5) {
+		t.Fatal("a configured priority 5 does not hold priority 0 back")
+	}
+	for _, low := range []time.Duration{0, 2 * time.Second} {
+		o.Flow.LowPrioritySaturationTTFT = low
+		h2.router.SetOptions(o)
+		if h2.router.BandSaturated("qwen", nil, 0) {
+			t.Fatalf("low_priority_saturation_ttft %v held priority 0 back", low)
+		}
+	}
+}
+
+// FlowStep sheds the expired, then releases by priority while the pool has
+// room for the next request's band: a top-priority waiter leaves while a
+// lower one stays behind the lower bound.
+func TestFlowStep(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	o := h.router.Options()
+	o.Flow.Enabled = true
+	o.Flow.SaturationTTFT, o.Flow.LowPrioritySaturationTTFT, o.Flow.SaturationWaiting = time.Second, 100*time.Millisecond, 0
+	h.router.SetOptions(o)
+	h.router.NoteFlowPriority("qwen", 1)
+	for _, ep := range h.eps {
+		d := Decision{Pool: "qwen", Endpoint: &ep, PromptTokens: 5000} // 0.5 s each
+		h.router.BeginLoad(&d)
+	}
+	q := NewFlowQueue[int](FlowLimits{TTL: time.Second})
+	mustPush(t, q, t0, qi{Priority: 0, Value: 1})
+	mustPush(t, q, t0, qi{Priority: 1, Value: 2})
+	mustPush(t, q, t0.Add(-2*time.Second), qi{Priority: 1, Value: 3}) // expired at t0
+	var released, shed []int
+	FlowStep(h.router, "qwen", q, t0, func(it FlowItem[int]) { released = append(released, it.Value) },
+		func(it FlowItem[int], reason string) {
+			if reason != ShedTTL {
+				t.Fatalf("shed %d for %q", it.Value, reason)
+			}
+			shed = append(shed, it.Value)
+		})
+	if fmt.Sprint(released, shed) != "[2] [3]" || q.Len() != 1 {
+		t.Fatalf("released %v shed %v, %d left; want [2] [3], 1 left", released, shed, q.Len())
+	}
+	// Flow control off: everything leaves.
+	o.Flow.Enabled = false
+	h.router.SetOptions(o)
+	released = nil
+	FlowStep(h.router, "qwen", q, t0, func(it FlowItem[int]) { released = append(released, it.Value) }, func(FlowItem[int], string) {})
+	if fmt.Sprint(released) != "[1]" || q.Len() != 0 {
+		t.Fatalf("off: released %v, %d left", released, q.Len())
 	}
 }

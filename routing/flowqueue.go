@@ -16,13 +16,17 @@ import (
 // order.
 //
 // Bounds: MaxQueued requests and MaxBytes of bodies per queue (one queue per
-// pool). A request that does not fit evicts waiters of strictly lower
-// priority when that makes room — from the lowest band, the newest request of
-// the flow holding the most cost there — and is refused (ShedQueueFull)
-// otherwise; equal or higher priority waiters are never evicted, so a full
-// queue refuses a newcomer of the same band rather than dropping one that has
-// waited longer. Every request has a deadline (its band's TTL from when it
-// was pushed); past it, Expired hands it back (ShedTTL).
+// pool). A request that does not fit makes room, when it can, by evicting
+// waiters: first of strictly lower priority, from the lowest band up, each
+// time the newest request of the flow holding the most cost in that band;
+// then, in its own band, the newest request of the flow holding the most
+// cost, as long as that flow holds more cost than the newcomer's own flow
+// does. So a flow sending ten times another's cannot fill the queue and lock
+// the other out, yet a flow never loses a waiter to one holding as much as
+// it or more, and higher bands are never evicted. When evicting cannot make
+// room, nothing is evicted and the newcomer is refused (ShedQueueFull).
+// Every request has a deadline (its band's TTL from when it was pushed);
+// past it, Expired hands it back (ShedTTL).
 //
 // FlowQueue is a plain data structure: it starts no goroutines, reads no
 // clock (every call that needs the time takes now) and is not safe for
@@ -30,10 +34,11 @@ import (
 
 // Shed reasons: label values of kvroute_flow_shed_total{reason}. Bounded.
 const (
-	// ShedQueueFull: the queue was full of requests of the same or higher
-	// priority.
+	// ShedQueueFull: the queue was full of requests of higher priority, or
+	// of its band's flows holding no more than the request's own flow.
 	ShedQueueFull = "queue_full"
-	// ShedEvicted: a waiter made room for a request of higher priority.
+	// ShedEvicted: a waiter made room for a request of higher priority, or
+	// of its band from a flow holding less.
 	ShedEvicted = "evicted"
 	// ShedTTL: the request waited its band's TTL.
 	ShedTTL = "ttl"
@@ -172,7 +177,7 @@ func (q *FlowQueue[T]) NextDeadline() (t time.Time, ok bool) {
 
 // Push queues it. It returns the request's ticket, or the reason it was
 // refused (shed non-empty: the request is not queued); evicted are waiters
-// of lower priority removed to make room, which the caller answers with
+// removed to make room (see the bounds above), which the caller answers with
 // ShedEvicted.
 func (q *FlowQueue[T]) Push(now time.Time, it FlowItem[T]) (t FlowTicket[T], evicted []FlowItem[T], shed string) {
 	if it.Cost < 1 {
@@ -184,11 +189,12 @@ func (q *FlowQueue[T]) Push(now time.Time, it FlowItem[T]) (t FlowTicket[T], evi
 	if q.lim.MaxBytes > 0 && it.Bytes > q.lim.MaxBytes {
 		return t, nil, ShedTooLarge
 	}
-	if !q.roomAfterEvicting(it) {
+	victims, ok := q.evictions(it)
+	if !ok {
 		return t, nil, ShedQueueFull
 	}
-	for !q.fits(it) {
-		evicted = append(evicted, q.evictOne(it.Priority))
+	for _, n := range victims {
+		evicted = append(evicted, q.remove(n))
 	}
 	it.Enqueued, it.Deadline = now, time.Time{}
 	if ttl := q.lim.ttl(it.Priority); ttl > 0 {
@@ -214,50 +220,59 @@ func (q *FlowQueue[T]) Push(now time.Time, it FlowItem[T]) (t FlowTicket[T], evi
 	return FlowTicket[T]{n: n}, evicted, ""
 }
 
-// fits reports whether it fits beside the queued requests.
-func (q *FlowQueue[T]) fits(it FlowItem[T]) bool {
-	return (q.lim.MaxQueued <= 0 || q.n+1 <= q.lim.MaxQueued) &&
-		(q.lim.MaxBytes <= 0 || q.bytes+it.Bytes <= q.lim.MaxBytes)
-}
-
-// roomAfterEvicting reports whether it fits once every queued request of
-// lower priority is gone.
-func (q *FlowQueue[T]) roomAfterEvicting(it FlowItem[T]) bool {
+// evictions plans the waiters it evicts to fit (see the bounds above),
+// without removing them; ok is false when it cannot fit.
+func (q *FlowQueue[T]) evictions(it FlowItem[T]) (victims []*flowNode[T], ok bool) {
 	n, bytes := q.n, q.bytes
-	for _, b := range q.bands {
-		if b.priority < it.Priority {
-			n -= b.n
-			bytes -= b.bytes
-		}
+	fits := func() bool {
+		return (q.lim.MaxQueued <= 0 || n+1 <= q.lim.MaxQueued) &&
+			(q.lim.MaxBytes <= 0 || bytes+it.Bytes <= q.lim.MaxBytes)
 	}
-	return (q.lim.MaxQueued <= 0 || n+1 <= q.lim.MaxQueued) &&
-		(q.lim.MaxBytes <= 0 || bytes+it.Bytes <= q.lim.MaxBytes)
-}
-
-// evictOne removes the newest request of the flow holding the most cost in
-// the lowest non-empty band (which is below priority: roomAfterEvicting
-// checked).
-func (q *FlowQueue[T]) evictOne(priority int) FlowItem[T] {
-	for i := len(q.bands) - 1; i >= 0; i-- {
+	type cand struct {
+		cost int64
+		tail *flowNode[T]
+	}
+	for i := len(q.bands) - 1; i >= 0 && !fits(); i-- {
 		b := q.bands[i]
-		if b.n == 0 {
-			continue
+		if b.priority > it.Priority {
+			break
 		}
-		var big *flowState[T]
+		floor := int64(-1) // a lower band: every flow may lose waiters
+		if b.priority == it.Priority {
+			floor = 0
+			if f := b.flows[it.Flow]; f != nil {
+				floor = f.cost
+			}
+		}
 		// Walk the ring, not the map: the choice among equals is the
 		// ring's order, not the map's random one.
+		var cs []cand
 		f := b.ring
 		for {
-			if big == nil || f.cost > big.cost {
-				big = f
-			}
+			cs = append(cs, cand{f.cost, f.tail})
 			if f = f.next; f == b.ring {
 				break
 			}
 		}
-		return q.remove(big.tail)
+		for !fits() {
+			big := -1
+			for j := range cs {
+				if cs[j].tail != nil && cs[j].cost > floor && (big < 0 || cs[j].cost > cs[big].cost) {
+					big = j
+				}
+			}
+			if big < 0 {
+				break
+			}
+			v := cs[big].tail
+			victims = append(victims, v)
+			n--
+			bytes -= v.item.Bytes
+			cs[big].cost -= v.item.Cost
+			cs[big].tail = v.prev
+		}
 	}
-	panic("routing: FlowQueue evicting from an empty queue")
+	return victims, fits()
 }
 
 // Pop removes and returns the next request to decide: from the highest
@@ -290,6 +305,18 @@ func (q *FlowQueue[T]) Pop(now time.Time) (FlowItem[T], bool) {
 	}
 	var zero FlowItem[T]
 	return zero, false
+}
+
+// Head is the priority of the request Pop would return at now (ok false:
+// none). Requests past their deadline at now are set aside for Expired.
+func (q *FlowQueue[T]) Head(now time.Time) (priority int, ok bool) {
+	q.expire(now)
+	for _, b := range q.bands {
+		if b.n > 0 {
+			return b.priority, true
+		}
+	}
+	return 0, false
 }
 
 // Expired removes and returns every request whose deadline is at or before

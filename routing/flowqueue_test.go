@@ -111,6 +111,48 @@ func TestFlowQueueBounds(t *testing.T) {
 			t.Fatalf("left %s", got)
 		}
 	})
+	t.Run("a smaller flow evicts the newest of its band's biggest flow", func(t *testing.T) {
+		q := NewFlowQueue[int](FlowLimits{MaxQueued: 4})
+		mustPush(t, q, t0, qi{Flow: "heavy", Cost: 10, Value: 1})
+		mustPush(t, q, t0, qi{Flow: "heavy", Cost: 10, Value: 2})
+		mustPush(t, q, t0, qi{Flow: "heavy", Cost: 10, Value: 3})
+		mustPush(t, q, t0, qi{Flow: "light", Cost: 10, Value: 4})
+		// light holds 10 against heavy's 30: heavy's newest makes room.
+		_, ev, shed := q.Push(t0, qi{Flow: "light", Cost: 10, Value: 5})
+		if shed != "" || len(ev) != 1 || ev[0].Value != 3 {
+			t.Fatalf("shed %q evicted %+v, want value 3 evicted", shed, ev)
+		}
+		// Now 20 each: neither evicts the other.
+		if _, ev, shed := q.Push(t0, qi{Flow: "light", Cost: 10, Value: 6}); shed != ShedQueueFull || len(ev) != 0 {
+			t.Fatalf("equal flows: shed %q evicted %d, want queue_full and nothing evicted", shed, len(ev))
+		}
+		if _, ev, shed := q.Push(t0, qi{Flow: "heavy", Cost: 10, Value: 7}); shed != ShedQueueFull || len(ev) != 0 {
+			t.Fatalf("heavy newcomer: shed %q evicted %d, want queue_full and nothing evicted", shed, len(ev))
+		}
+		// A higher band still evicts the lower band first, never the reverse.
+		_, ev, shed = q.Push(t0, qi{Priority: 1, Flow: "light", Cost: 10, Value: 8})
+		if shed != "" || len(ev) != 1 || ev[0].Priority != 0 {
+			t.Fatalf("shed %q evicted %+v, want one priority-0 waiter evicted", shed, ev)
+		}
+		if _, ev, shed := q.Push(t0, qi{Flow: "new", Cost: 1, Value: 9}); shed != "" || len(ev) != 1 || ev[0].Priority != 0 {
+			t.Fatalf("new flow: shed %q evicted %+v, want a priority-0 waiter evicted", shed, ev)
+		}
+	})
+	t.Run("a smaller flow's eviction is all or nothing", func(t *testing.T) {
+		q := NewFlowQueue[int](FlowLimits{MaxBytes: 100})
+		mustPush(t, q, t0, qi{Flow: "heavy", Cost: 10, Bytes: 50, Value: 1})
+		mustPush(t, q, t0, qi{Flow: "light", Cost: 5, Bytes: 40, Value: 2})
+		// light (5) may evict heavy (10), not itself: 40 + 70 > 100 even
+		// then, so nothing is evicted.
+		if _, ev, shed := q.Push(t0, qi{Flow: "light", Cost: 5, Bytes: 70, Value: 3}); shed != ShedQueueFull || len(ev) != 0 {
+			t.Fatalf("shed %q evicted %+v, want queue_full and nothing evicted", shed, ev)
+		}
+		// 40 + 55 fits once heavy's request is gone.
+		_, ev, shed := q.Push(t0, qi{Flow: "light", Cost: 5, Bytes: 55, Value: 4})
+		if shed != "" || len(ev) != 1 || ev[0].Value != 1 {
+			t.Fatalf("shed %q evicted %+v, want value 1 evicted", shed, ev)
+		}
+	})
 	t.Run("bytes", func(t *testing.T) {
 		q := NewFlowQueue[int](FlowLimits{MaxBytes: 100})
 		if _, _, shed := q.Push(t0, qi{Bytes: 101}); shed != ShedTooLarge {
@@ -183,11 +225,14 @@ func TestFlowQueueRemove(t *testing.T) {
 
 // FuzzFlowQueue runs random operation sequences and checks the invariants:
 // bounds hold, a pop never passes over a higher band, nothing is evicted
-// for an equal or lower priority, and every pushed request is popped,
-// expired, evicted, removed or still queued, exactly once.
+// for a lower priority, nor within a band from a flow holding no more cost
+// than the newcomer's, and every pushed request is popped, expired,
+// evicted, removed or still queued, exactly once.
 func FuzzFlowQueue(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 	f.Add([]byte("\x00\x10\x20\x00\x11\x21\x00\x12\x22\x01\x02\x03\x04\x00\x05\x30"))
+	// One slot: flow a's second request is refused, flow b's evicts it.
+	f.Add([]byte{0, 200, 0, 0, 1, 0, 1, 0, 5})
 	f.Fuzz(runFlowOps)
 }
 
@@ -229,10 +274,15 @@ func runFlowOps(t *testing.T, ops []byte) {
 				next++
 				it := qi{Priority: int(arg%4) - 1, Flow: string(rune('a' + arg>>2%3)), Cost: int64(arg >> 4), Bytes: int64(arg % 64), Value: v}
 				prio[v] = it.Priority
+				held := queuedCost(state, tickets)
 				tk, ev, shed := q.Push(now, it)
 				for _, e := range ev {
-					if e.Priority >= it.Priority {
+					if e.Priority > it.Priority {
 						t.Fatalf("request %d (priority %d) evicted for priority %d", e.Value, e.Priority, it.Priority)
+					}
+					if e.Priority == it.Priority && held[flowKey{e.Priority, e.Flow}] <= held[flowKey{it.Priority, it.Flow}] {
+						t.Fatalf("request %d of a flow holding %d evicted for one holding %d", e.Value,
+							held[flowKey{e.Priority, e.Flow}], held[flowKey{it.Priority, it.Flow}])
 					}
 					leave(e.Value, "evicted")
 				}
@@ -332,6 +382,23 @@ func runFlowOps(t *testing.T, ops []byte) {
 			t.Fatalf("empty queue holds len %d bytes %d deadlines %d", q.Len(), q.Bytes(), len(q.deadlines))
 		}
 	}
+}
+
+type flowKey struct {
+	priority int
+	flow     string
+}
+
+// queuedCost is the cost each flow holds in the queue (not counting
+// expired requests set aside).
+func queuedCost(state map[int]string, tickets map[int]FlowTicket[int]) map[flowKey]int64 {
+	out := map[flowKey]int64{}
+	for v, s := range state {
+		if n := tickets[v].n; s == "queued" && n.queued {
+			out[flowKey{n.item.Priority, n.item.Flow}] += n.item.Cost
+		}
+	}
+	return out
 }
 
 // setAside reports whether request v is among the expired ones Pop set

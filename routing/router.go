@@ -104,6 +104,9 @@ type FlowOptions struct {
 	// than SaturationWaiting waiting requests (zero: that test is off).
 	SaturationTTFT    time.Duration
 	SaturationWaiting float64
+	// LowPrioritySaturationTTFT replaces SaturationTTFT for a priority
+	// below the pool's top one (BandSaturated); zero: it does not.
+	LowPrioritySaturationTTFT time.Duration
 	// MaxQueued bounds each pool's queue (requests); its bytes are bounded
 	// by MaxBytesInFlight, the budget queued bodies hold.
 	MaxQueued int
@@ -127,6 +130,16 @@ func (o *RouterOptions) FlowLimits() FlowLimits {
 // Priority is the priority of objective name ("" or unknown: 0).
 func (f *FlowOptions) Priority(objective string) int {
 	return f.Objectives[objective]
+}
+
+// topPriority is the highest priority of the objectives, at least 0 (the
+// priority of a request without one).
+func (f *FlowOptions) topPriority() int {
+	top := 0
+	for _, p := range f.Objectives {
+		top = max(top, p)
+	}
+	return top
 }
 
 // Router makes the routing decision for parsed requests.
@@ -164,6 +177,9 @@ type pool struct {
 	eps atomic.Pointer[[]Endpoint]
 	// loadOnly: the pool routes by load alone (SetLoadOnly).
 	loadOnly atomic.Bool
+	// flowTop is the highest priority flow control has seen in the pool
+	// (NoteFlowPriority), at least 0.
+	flowTop atomic.Int64
 }
 
 // endpoints is the pool's endpoint list now; never modified.

@@ -75,13 +75,14 @@ func extprocOptions(r config.Routing) extproc.Options {
 // flowOptions maps routing.flow_control onto the router's.
 func flowOptions(f config.FlowControl) routing.FlowOptions {
 	o := routing.FlowOptions{
-		Enabled:           f.Enabled,
-		SaturationTTFT:    f.SaturationTTFT.Std(),
-		SaturationWaiting: f.SaturationWaiting,
-		MaxQueued:         f.MaxQueued,
-		TTL:               f.TTL.Std(),
-		ShedStatus:        f.ShedStatus,
-		RetryAfter:        f.RetryAfter.Std(),
+		Enabled:                   f.Enabled,
+		SaturationTTFT:            f.SaturationTTFT.Std(),
+		LowPrioritySaturationTTFT: f.LowPrioritySaturationTTFT.Std(),
+		SaturationWaiting:         f.SaturationWaiting,
+		MaxQueued:                 f.MaxQueued,
+		TTL:                       f.TTL.Std(),
+		ShedStatus:                f.ShedStatus,
+		RetryAfter:                f.RetryAfter.Std(),
 	}
 	if len(f.Bands) > 0 {
 		o.Bands = make(map[int]time.Duration, len(f.Bands))

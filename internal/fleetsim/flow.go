@@ -9,11 +9,12 @@ import (
 // kvFlow is kvroute with flow control on, on the virtual clock: the
 // server's routing.FlowControl step by step, over the same routing.FlowQueue
 // (which reads no clock) and the same Router calls. A request that finds
-// its pool saturated (Router.Saturated), or requests already waiting, waits
-// by priority and fairly between tenants; whenever capacity may have freed
-// (a step ends: a prefill or a request ended; a scrape; an arrival) the
-// expired are shed and waiters are decided (Router.DecidePrepared, the
-// index as it is then) and booked while the pool is not saturated.
+// its pool saturated for its priority (Router.BandSaturated), or requests
+// already waiting, waits by priority and fairly between tenants; whenever
+// capacity may have freed (a step ends: a prefill or a request ended; a
+// scrape; an arrival) the queue is stepped with the dispatcher's own
+// routing.FlowStep: the expired shed, waiters decided (Router.DecidePrepared,
+// the index as it is then) and booked while the pool has room for them.
 type kvFlow struct {
 	*kvPicker
 	q *routing.FlowQueue[heldDecision]
@@ -55,7 +56,8 @@ func newKVFlow(engines int, o Options) (*kvFlow, error) {
 func (k *kvFlow) offer(now time.Time, id int, tokens []int, c Class) (int, bool, error) {
 	k.now = now
 	pr := k.router.PrepareIDs(simModel, tokens)
-	if k.q.Len() == 0 && !k.router.Saturated(simPool, nil) {
+	k.router.NoteFlowPriority(simPool, c.Priority)
+	if k.q.Len() == 0 && !k.router.BandSaturated(simPool, nil, c.Priority) {
 		e, err := k.placed(id, tokens, k.router.DecidePrepared(&pr, nil))
 		return e, false, err
 	}
@@ -79,31 +81,22 @@ func (k *kvFlow) offer(now time.Time, id int, tokens []int, c Class) (int, bool,
 	return 0, true, nil
 }
 
-// release sheds the refused and the expired, then decides waiting requests
-// while the pool is not saturated, each booked (Router.Begin) before the
-// next saturation check.
+// release sheds the refused, then steps the queue as the server's
+// dispatcher does (routing.FlowStep): the expired shed, waiters decided
+// and booked while the pool is not saturated for their priority.
 func (k *kvFlow) release(now time.Time, place func(id, e int, err error), shed func(id int, reason string)) {
 	k.now = now
 	for _, s := range k.refused {
 		shed(s.id, s.reason)
 	}
 	k.refused = k.refused[:0]
-	expire := func() {
-		for _, it := range k.q.Expired(now) {
-			it.Value.pr.Discard()
-			shed(it.Value.id, routing.ShedTTL)
-		}
-	}
-	expire()
-	for k.q.Len() > 0 && !k.router.Saturated(simPool, nil) {
-		it, ok := k.q.Pop(now)
-		if !ok {
-			break
-		}
+	routing.FlowStep(k.router, simPool, k.q, now, func(it routing.FlowItem[heldDecision]) {
 		e, err := k.placed(it.Value.id, it.Value.tokens, k.router.DecidePrepared(&it.Value.pr, nil))
 		place(it.Value.id, e, err)
-	}
-	expire() // Pop sets aside the expired it meets
+	}, func(it routing.FlowItem[heldDecision], reason string) {
+		it.Value.pr.Discard()
+		shed(it.Value.id, reason)
+	})
 }
 
 func (k *kvFlow) deadline() (time.Time, bool) { return k.q.NextDeadline() }
