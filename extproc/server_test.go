@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/kvroute/kvroute/routing"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -437,17 +436,8 @@ func TestGatewayEndToEnd(t *testing.T) {
 	h.ix.Store(h.eps[2].Replica, h.keysOf(sharedPrefix, blockhash.RequestKeys{}), index.TierGPU)
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
-			gw, err := fakeenvoy.NewGateway(h.addr, mode.cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gw.Close()
-			ln, _ := net.Listen("tcp", "127.0.0.1:0")
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = gw.Serve(ctx, ln) }()
-			defer func() { cancel(); <-done }()
-			req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/completions",
+			base := routetest.StartGateway(t, h.addr, mode.cfg, nil)
+			req, _ := http.NewRequest("POST", base+"/v1/completions",
 				strings.NewReader(fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, sharedPrefix+" and more")))
 			req.Header.Set(fakeenvoy.DestinationHeader, addrs[0]) // a client trying to steer: stripped
 			resp, err := http.DefaultClient.Do(req)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/loopback"
+	"github.com/kvroute/kvroute/internal/routetest"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/internal/vllmemu"
 	"github.com/kvroute/kvroute/routing"
@@ -35,20 +35,7 @@ func cachedTokensConfig(t *testing.T, engines ...*emu) *config.Config {
 // picked, and the ext_proc stream stays open until the answer is back.
 func startGateway(t *testing.T, s *Server) string {
 	t.Helper()
-	gw, err := fakeenvoy.NewGateway(s.ExtProcAddr().String(), fakeenvoy.Config{}, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = gw.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String()
+	return routetest.StartGateway(t, s.ExtProcAddr().String(), fakeenvoy.Config{}, quietLogger())
 }
 
 // completeVia posts one completion through the gateway.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/routetest"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/internal/vllmemu"
 	"github.com/kvroute/kvroute/tokenize"
@@ -67,21 +68,8 @@ pools:
     replicas:
 %s
 `, flowYAML, dir, strings.Join(reps, "\n")))
-	gw, err := fakeenvoy.NewGateway(extProc, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"},
-		MessageTimeout: 200 * time.Millisecond, MaxMessageTimeout: 30 * time.Second}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = gw.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String(), admin
+	return routetest.StartGateway(t, extProc, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"},
+		MessageTimeout: 200 * time.Millisecond, MaxMessageTimeout: 30 * time.Second}, nil), admin
 }
 
 type flowAnswer struct {

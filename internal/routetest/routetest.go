@@ -6,10 +6,13 @@
 package routetest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +23,7 @@ import (
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/chattemplate/modelchat"
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/tokenize"
 )
@@ -278,4 +282,26 @@ func CPUPerOp(b *testing.B, start time.Duration) float64 {
 	us := float64((ProcessCPU() - start).Microseconds()) / float64(b.N)
 	b.ReportMetric(us, "cpu-µs/op")
 	return us
+}
+
+// StartGateway runs the loopback Envoy stand-in (fakeenvoy.Gateway) in
+// front of the ext_proc server at extProcAddr on a free 127.0.0.1 port
+// until the test ends, and returns its base URL: a request posted there is
+// routed over ext_proc and proxied to the engine the server picked.
+func StartGateway(t testing.TB, extProcAddr string, cfg fakeenvoy.Config, log *slog.Logger) string {
+	t.Helper()
+	gw, err := fakeenvoy.NewGateway(extProcAddr, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = gw.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + ln.Addr().String()
 }
