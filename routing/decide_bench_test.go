@@ -42,8 +42,12 @@ func newChatWorkload(b *testing.B, tokens int) *chatWorkload {
 // benchDecide measures the in-process decision — body bytes → destination:
 // parse, render, tokenize, hash, lookup, choose, speculative store — for
 // requests that each carry a never-seen user turn, and reports p50/p99.
-func benchDecide(b *testing.B, tokens int) {
+// setup, when given, prepares the workload's router first.
+func benchDecide(b *testing.B, tokens int, setup ...func(*chatWorkload)) {
 	w := newChatWorkload(b, tokens)
+	for _, f := range setup {
+		f(w)
+	}
 	var lat, cpu []time.Duration
 	var matched int
 	b.ReportAllocs()
