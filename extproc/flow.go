@@ -57,19 +57,10 @@ func (st *stream) decideFlow(ctx context.Context, fc *routing.FlowControl, body 
 		}
 		st.flowErr = st.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(maxWait + FlowTimeoutMargin)})
 	}
-	scores, tracing := st.s.opts.ScoresHeader, st.s.opts.Tracer != nil
-	var rec *routing.Recorder
-	if scores || tracing {
-		rec = routing.NewRecorder(scores, tracing)
-	}
+	rec := st.recorder()
 	out = fc.Decide(ctx, st.path, body, st.subset, priority, flow, rec, queued)
 	if rec != nil && out.Shed == "" {
-		if scores {
-			st.scores = rec.Scores()
-		}
-		if tracing {
-			st.traceDecision(rec, &out.Decision, len(body))
-		}
+		st.report(rec, &out.Decision, len(body))
 	}
 	return out
 }

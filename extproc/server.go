@@ -340,19 +340,34 @@ func (st *stream) decide(body []byte) (d routing.Decision) {
 	defer st.s.m.panics.Recover(panicDecide, st.s.log, func(err error) {
 		d = st.s.router.Recovered(st.subset, err)
 	})
-	scores, tracing := st.s.opts.ScoresHeader, st.s.opts.Tracer != nil
-	if !scores && !tracing {
+	rec := st.recorder()
+	if rec == nil {
 		return st.s.router.Decide(st.path, body, st.subset)
 	}
-	rec := routing.NewRecorder(scores, tracing)
 	d = st.s.router.DecideRecorded(st.path, body, st.subset, rec)
-	if scores {
+	st.report(rec, &d, len(body))
+	return d
+}
+
+// recorder is a Recorder for what this server reports of a decision (the
+// scores header, tracing); nil when it reports neither.
+func (st *stream) recorder() *routing.Recorder {
+	scores, tracing := st.s.opts.ScoresHeader, st.s.opts.Tracer != nil
+	if !scores && !tracing {
+		return nil
+	}
+	return routing.NewRecorder(scores, tracing)
+}
+
+// report keeps what rec recorded of decision d: the scores header's value
+// and the decision's span.
+func (st *stream) report(rec *routing.Recorder, d *routing.Decision, bodyLen int) {
+	if st.s.opts.ScoresHeader {
 		st.scores = rec.Scores()
 	}
-	if tracing {
-		st.traceDecision(rec, &d, len(body))
+	if st.s.opts.Tracer != nil {
+		st.traceDecision(rec, d, bodyLen)
 	}
-	return d
 }
 
 // streamBody sends body back to Envoy in ≤ 62,000-byte streamed_response
