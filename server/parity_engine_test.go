@@ -246,23 +246,15 @@ pools:
 // wait, so the only canaries are the start round's; once kvroute has routed
 // requestsPerCanary requests per canary to the replica, a round runs again.
 func TestParityCanariesStayUnderOnePercent(t *testing.T) {
-	e, err := vllmemu.New(emuOptions(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
 	var tokenizes atomic.Int64
-	h := e.Handler()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/tokenize" {
-			tokenizes.Add(1)
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	e, srv := routetest.StartEngine(t, emuOptions(t), func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/tokenize" {
+				tokenizes.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
 	m := &emu{e: e, srv: srv}
 	s, _ := runServer(t, parityConfig(t, "keep_routing", m))
 	gw := startGateway(t, s)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/routetest"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/internal/vllmemu"
 	"github.com/kvroute/kvroute/routing"
@@ -60,16 +60,7 @@ func emuOptions(t *testing.T) vllmemu.Options {
 
 func startEmu(t *testing.T, opts vllmemu.Options) *emu {
 	t.Helper()
-	e, err := vllmemu.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	srv := httptest.NewServer(e.Handler())
-	t.Cleanup(srv.Close)
+	e, srv := routetest.StartEngine(t, opts, nil)
 	return &emu{e: e, srv: srv}
 }
 

@@ -2,16 +2,15 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/routetest"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/internal/vllmemu"
 	"github.com/kvroute/kvroute/server"
@@ -22,17 +21,8 @@ import (
 // API and KV events on loopback.
 func statusEngine(t *testing.T, tok *tokenize.Tokenizer, bs int) (addr, events string) {
 	t.Helper()
-	e, err := vllmemu.New(vllmemu.Options{Model: "m", Tokenizer: tok, BlockSize: bs, EventsEndpoint: "tcp://127.0.0.1:0",
-		PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	srv := httptest.NewServer(e.Handler())
-	t.Cleanup(srv.Close)
+	e, srv := routetest.StartEngine(t, vllmemu.Options{Model: "m", Tokenizer: tok, BlockSize: bs, EventsEndpoint: "tcp://127.0.0.1:0",
+		PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond}, nil)
 	return srv.Listener.Addr().String(), e.EventsEndpoint()
 }
 

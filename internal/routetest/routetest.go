@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +27,7 @@ import (
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 	"github.com/kvroute/kvroute/internal/testdata"
+	"github.com/kvroute/kvroute/internal/vllmemu"
 	"github.com/kvroute/kvroute/tokenize"
 )
 
@@ -304,4 +307,26 @@ func StartGateway(t testing.TB, extProcAddr string, cfg fakeenvoy.Config, log *s
 	go func() { defer close(done); _ = gw.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return "http://" + ln.Addr().String()
+}
+
+// StartEngine runs an emulated vLLM engine (vllmemu) with its HTTP API on a
+// free 127.0.0.1 port until the test ends; wrap, when non-nil, wraps its
+// handler (to count or alter what reaches it).
+func StartEngine(t testing.TB, opts vllmemu.Options, wrap func(http.Handler) http.Handler) (*vllmemu.Engine, *httptest.Server) {
+	t.Helper()
+	e, err := vllmemu.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	h := e.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return e, srv
 }
