@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// oldDecodeJSON is DecodeJSON as it was before objects and arrays waited on
-// the decoder's stack and strings were interned (commit a93fc70): the
+// oldDecodeJSON is the plain form of DecodeJSON, without objects and arrays
+// waiting on the decoder's stack and without interned strings: the
 // reference FuzzDecodeJSONMatchesGrowingDecoder holds the decoder to.
 func oldDecodeJSON(data []byte) (Value, error) {
 	d := &oldJSONDecoder{jsonDecoder{s: data}}

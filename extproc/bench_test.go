@@ -173,7 +173,7 @@ func decisionServers(b *testing.B) (w *chatWorkload, nop, kv extprocv3.ExternalP
 //     tokenizer, hash, look up, choose, record speculative entries.
 //
 // The kvroute sub-benchmark reports its rate as a percentage of the nop
-// rate measured just before it (target ≥ 70 %, issue 18).
+// rate measured just before it (target ≥ 70 %, docs/PERFORMANCE.md).
 func BenchmarkGRPCDecisions_2kChat(b *testing.B) {
 	w, nop, kv := decisionServers(b)
 	var seq atomic.Int64
@@ -203,7 +203,7 @@ const interleavedSlices = 20
 // during the run (a shared VM's neighbours) weighs on both alike, where
 // GRPCDecisions_2kChat's back-to-back runs of a second each can each
 // catch a different phase. Reports both rates and kvroute's as a
-// percentage of nop's (the issue 18 target is ≥ 70 %); ns/op covers both
+// percentage of nop's (the target is ≥ 70 %); ns/op covers both
 // servers' exchanges.
 func BenchmarkGRPCDecisions_2kChatInterleaved(b *testing.B) {
 	w, nop, kv := decisionServers(b)

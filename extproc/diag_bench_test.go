@@ -11,7 +11,7 @@ import (
 )
 
 // These benchmarks take apart where kvroute's time goes at one ext_proc
-// stream (docs/PERFORMANCE.md, issue 18): they diagnose, they hold no target.
+// stream (docs/PERFORMANCE.md): they diagnose, they hold no target.
 
 // spinProcessor is nopProcessor that spends work of a fixed duration on
 // each body before answering: the cost of server work of known size.

@@ -48,7 +48,7 @@ func TestCostIsSecondsToFirstToken(t *testing.T) {
 	}
 }
 
-// TestCachedDocumentOutweighsAShortQueue is hypothesis (a) of issue 14 in
+// TestCachedDocumentOutweighsAShortQueue puts in
 // numbers: a holder with a few queued requests still wins a long document,
 // because the prefill it saves is worth more seconds than the queue costs;
 // a holder with a long prefill queue does not.
@@ -68,7 +68,7 @@ func TestCachedDocumentOutweighsAShortQueue(t *testing.T) {
 }
 
 // TestFullCacheIsNotIneligible: every replica at 100 % KV usage still
-// serves (issue 14: no request rejected while an engine is up).
+// serves (no request rejected while an engine is up).
 func TestFullCacheIsNotIneligible(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	for _, ep := range h.eps {
@@ -197,7 +197,7 @@ func TestALongHeldPrefixKeepsItsRequest(t *testing.T) {
 // with noise) must not send every new document to the fastest-looking one.
 // The fastest already holds a document and has nothing queued; a new
 // document goes to another idle replica within 20 % of its cost, not onto
-// it (issue 14, real-socket shared-prefix at 8 req/s: 18 of 32 requests on
+// it (real-socket shared-prefix at 8 req/s: 18 of 32 requests on
 // one replica).
 func TestIdleReplicasWithSlightlyDifferentRatesAreTied(t *testing.T) {
 	h := newHarness(t, harnessOptions{slack: ptr(0.0)})

@@ -97,7 +97,7 @@ func reportLatency(b *testing.B, lat, cpu []time.Duration) {
 	b.ReportMetric(float64(cpu[len(cpu)/2].Microseconds()), "p50-cpu-µs")
 }
 
-// BenchmarkDecide_Chat2k: target p50 ≤ 100 µs (issue 7).
+// BenchmarkDecide_Chat2k: target p50 ≤ 100 µs (docs/PERFORMANCE.md, Targets).
 func BenchmarkDecide_Chat2k(b *testing.B) { benchDecide(b, 2000) }
 
 // BenchmarkDecide_Chat8k: target p50 ≤ 1.5 ms.
@@ -143,7 +143,7 @@ func benchDecideCold(b *testing.B, tokens int) {
 // BenchmarkDecide_Chat2kCold: 2k tokens, nothing cached (report).
 func BenchmarkDecide_Chat2kCold(b *testing.B) { benchDecideCold(b, 2000) }
 
-// BenchmarkDecide_Chat8kCold: target p50 ≤ 1 ms (issue 18).
+// BenchmarkDecide_Chat8kCold: target p50 ≤ 1 ms (docs/PERFORMANCE.md, Targets).
 func BenchmarkDecide_Chat8kCold(b *testing.B) { benchDecideCold(b, 8000) }
 
 // BenchmarkDecide_Chat100kCold: 100k tokens, nothing cached (report).

@@ -54,7 +54,7 @@ func (h *heapPeak) end() float64 {
 }
 
 // memoryRouter is a one-pool router over the real Qwen3 tokenizer and chat
-// template with the given limits (zero: unbounded, as before issue 15).
+// template with the given limits (zero: unbounded).
 func memoryRouter(b *testing.B, lim Limits, inFlight int64) *Router {
 	tok, ct := routetest.LoadQwen(b)
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 22, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second})

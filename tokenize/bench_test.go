@@ -92,7 +92,7 @@ func englishText(seed uint64, n int) string {
 	return b.String()
 }
 
-// benchPromptBytes is the size of the benchmark prompt (issue 4: ~16 KB).
+// benchPromptBytes is the size of the benchmark prompt (~16 KB).
 const benchPromptBytes = 16 << 10
 
 var benchModels = []string{"llama3_1", "qwen3"}

@@ -8,8 +8,8 @@ import (
 	"github.com/kvroute/kvroute/internal/testdata"
 )
 
-// mergeSmallReference is mergeSmall as it was before the shared pair cache
-// (main at ecba1b2): the same scan, each pair looked up in the merges table
+// mergeSmallReference is the plain form of mergeSmall, without the shared
+// pair cache: the same scan, each pair looked up in the merges table
 // itself. It is the oracle the faster mergeSmall is checked against.
 func (b *bpeModel) mergeSmallReference(syms []int32) []int32 {
 	if len(syms) < 2 {

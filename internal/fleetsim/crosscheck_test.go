@@ -11,7 +11,8 @@ import (
 	"github.com/kvroute/kvroute/tokenize"
 )
 
-// TestSimulatorAgreesWithTheRealSocketBenchmark is issue 14's cross-check:
+// TestSimulatorAgreesWithTheRealSocketBenchmark is the simulator's cross-check
+// against the real-socket benchmark:
 // one small scenario — 4 engines, 4 shared documents of ~500 tokens, 128
 // requests at 8 req/s — run by the real-socket benchmark (emulated engines
 // over HTTP + ZeroMQ, kvroute over gRPC behind the fake Envoy) and by the

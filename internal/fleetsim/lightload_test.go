@@ -9,8 +9,8 @@ import (
 	"github.com/kvroute/kvroute/tokenize"
 )
 
-// TestLightLoadSharedDocumentsHitAsOftenAsApproxPrefix is issue 14's light-
-// load finding, in the simulator: the real-socket benchmark's shared-prefix
+// TestLightLoadSharedDocumentsHitAsOftenAsApproxPrefix is the light-load
+// finding, in the simulator: the real-socket benchmark's shared-prefix
 // workload (8 documents of ~1,400 tokens, 4 engines of 256 × 16-token
 // blocks, 100 µs per prefill token) in short phases, where every engine is
 // idle when a document first arrives. Placing documents by the rendezvous

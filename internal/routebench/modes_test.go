@@ -124,7 +124,7 @@ func TestThreeGatewaysEndToEnd(t *testing.T) {
 // into the phase and starts engine 2, configured in kvroute from the start
 // but down until then, halfway. Under round-robin both get traffic
 // afterwards; under kvroute no request goes to the restarted engine for
-// blocks it no longer holds (issue 14's churn goal).
+// blocks it no longer holds (the churn goal, docs/BENCHMARKS.md).
 func TestChurnEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
