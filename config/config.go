@@ -281,10 +281,13 @@ type Ingest struct {
 	ScrapeTimeout Duration `yaml:"scrape_timeout" default:"2s" check:"positive"`
 	// HealthInterval is how often each replica's /health is probed (a
 	// liveness check much cheaper than a scrape); 0 disables. At 100 ms a
-	// frozen engine is unroutable within one interval plus the 300 ms an
-	// unanswered probe is given, inside the 0.5 s a frozen engine may stay
-	// routable.
+	// frozen engine is unroutable within one interval plus StallTimeout.
 	HealthInterval Duration `yaml:"health_interval" default:"100ms" check:"nonnegative"`
+	// StallTimeout is how long a /health probe or /metrics scrape may go
+	// unanswered before the replica is unroutable until one answers (a
+	// stopped process accepts the connection and never answers). Raise it
+	// when engines under load answer these slowly.
+	StallTimeout Duration `yaml:"stall_timeout" default:"300ms" check:"positive"`
 	// MaxMessageBytes bounds one ZeroMQ message (and so each of its frames)
 	// on every ingest socket; a peer announcing more is disconnected before
 	// anything is allocated. vLLM publishes one batch per scheduler step: a

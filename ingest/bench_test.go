@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
 )
@@ -156,6 +157,7 @@ func benchFreeze(b *testing.B, interval, health time.Duration) {
 		cfg.Settings.ScrapeInterval = interval
 		cfg.Settings.ScrapeTimeout = 2 * time.Second
 		cfg.Settings.HealthInterval = health
+		cfg.Settings.StallTimeout = config.Default().Ingest.StallTimeout.Std()
 		h := start(b, cfg)
 		waitFor(b, "a reading", func() bool { st, _ := h.ix.Replica(h.rank("r0").r); return !st.LoadAt.IsZero() })
 		b.StartTimer()

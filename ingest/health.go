@@ -9,20 +9,26 @@ import (
 // is gone or frozen (index.SetHealthy):
 //   - its event stream (connect mode) ended and has not come back;
 //   - its last /metrics scrape failed, or one has been running longer than
-//     scrapeStallAfter (a stopped process accepts the connection and never
-//     answers);
+//     Settings.StallTimeout (a stopped process accepts the connection and
+//     never answers);
 //   - its last load reading was invalid (NaN, ±Inf, negative);
 //   - its last /health probe failed to connect, answered 5xx, or has been
-//     unanswered for scrapeStallAfter (probe.go).
+//     unanswered for Settings.StallTimeout (probe.go).
 //
 // A stream that ends, or (bind mode, where kvroute cannot see one engine's
 // connection) unhealthyAfter failed scrapes with no live batch meanwhile,
 // also drop the rank's blocks: the engine that held them is gone, and a
 // restarted one starts empty.
 
-// scrapeStallAfter: a scrape still waiting this long marks the replica
-// unhealthy until it answers.
-const scrapeStallAfter = 300 * time.Millisecond
+// stallAfter is how long a probe or scrape may wait before the rank is
+// unroutable until it answers: Settings.StallTimeout, or the request's own
+// timeout when that is sooner or stall detection is off (0).
+func (m *Manager) stallAfter() time.Duration {
+	if d := m.set.StallTimeout; d > 0 {
+		return min(d, m.httpc.Timeout)
+	}
+	return m.httpc.Timeout
+}
 
 // Reasons of kvroute_ingest_unroutable_total.
 const (

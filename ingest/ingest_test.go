@@ -115,7 +115,7 @@ func poolConfig(name string, engine bool, replicas ...replicaSpec) testPool {
 func baseConfig(pools ...testPool) *testConfig {
 	return &testConfig{
 		Settings: Settings{QueueSize: 64, ReconnectMaxBackoff: 200 * time.Millisecond,
-			ScrapeTimeout: time.Second, MaxMessageBytes: 32 << 20},
+			ScrapeTimeout: time.Second, StallTimeout: 300 * time.Millisecond, MaxMessageBytes: 32 << 20},
 		Pools: pools,
 	}
 }

@@ -58,6 +58,10 @@ type Settings struct {
 	// HealthInterval is how often each replica's /health is probed; 0
 	// disables (probe.go).
 	HealthInterval time.Duration
+	// StallTimeout is how long a probe or scrape may go unanswered before
+	// the rank is unroutable until one answers (health.go); 0 leaves only
+	// ScrapeTimeout.
+	StallTimeout time.Duration
 	// MaxMessageBytes bounds one ZeroMQ message (and so each of its frames)
 	// on every ingest socket; must be positive.
 	MaxMessageBytes int64

@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		replayJumps:    cv(metricReplayJumps, "Replayed batches skipped because their seq did not follow the previous one of the same replay reply (the engine's buffer is contiguous: corrupt or forged)."),
 		unverified:     cv(metricUnverified, "Bind mode: live batches dropped unchecked, by reason: restart_unconfirmed (a seq going backwards the engine's replay or next batch does not confirm), check_throttled (a batch needing a replay check over the per-rank rate).", "reason"),
 		seqJumps:       cv(metricSeqJumps, "Live batches dropped because their seq jumped beyond anything the engine published (forged or corrupt)."),
-		probesFailed:   cv(metricProbesFailed, "/health probes that failed to connect, answered 5xx (health_failed) or went unanswered for 300 ms (health_stalled).", "reason"),
+		probesFailed:   cv(metricProbesFailed, "/health probes that failed to connect, answered 5xx (health_failed) or went unanswered for ingest.stall_timeout (health_stalled).", "reason"),
 		connected:      gv(metricConnected, "1 while the replica's KV-event stream is connected (bind mode: has delivered a batch)."),
 		lastSeq:        gv(metricLastSeq, "Last applied KV-event sequence number."),
 		lag:            gv(metricLag, "Seconds between the engine taking the last batch and kvroute applying it."),

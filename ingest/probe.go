@@ -52,7 +52,7 @@ func (p *prober) loop(ctx context.Context, interval time.Duration) {
 
 // probe runs one check and records its verdict on every rank of the server.
 func (p *prober) probe(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, scrapeStallAfter)
+	pctx, cancel := context.WithTimeout(ctx, p.m.stallAfter())
 	defer cancel()
 	down, reason := false, ""
 	req, err := http.NewRequestWithContext(pctx, http.MethodGet, p.url, nil)

@@ -76,7 +76,7 @@ func (sc *scraper) scrape(ctx context.Context) {
 	// A stopped engine accepts the connection and never answers: stop
 	// routing to it while the scrape waits.
 	stalled := make(chan struct{})
-	stall := time.AfterFunc(min(scrapeStallAfter, sc.m.httpc.Timeout), func() {
+	stall := time.AfterFunc(sc.m.stallAfter(), func() {
 		defer close(stalled)
 		for _, rs := range sc.ranks {
 			rs.met.scrapeStalled.Inc()

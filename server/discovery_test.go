@@ -202,7 +202,7 @@ func discoveredPool(t *testing.T, tokDir, discovery string) *config.Config {
 	t.Helper()
 	doc := fmt.Sprintf(`listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 routing: {debug_headers: true}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 pools:
   - name: qwen
     models: [qwen]

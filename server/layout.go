@@ -97,6 +97,7 @@ func ingestSettings(c config.Ingest) ingest.Settings {
 		ReconnectMaxBackoff: c.ReconnectMaxBackoff.Std(),
 		ScrapeInterval:      c.ScrapeInterval.Std(),
 		HealthInterval:      c.HealthInterval.Std(),
+		StallTimeout:        c.StallTimeout.Std(),
 		ScrapeTimeout:       c.ScrapeTimeout.Std(),
 		MaxMessageBytes:     int64(c.MaxMessageBytes),
 	}

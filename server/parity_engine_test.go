@@ -46,10 +46,11 @@ func completeVia(t *testing.T, gateway, prompt string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	msg, _ := io.ReadAll(io.LimitReader(res.Body, 512))
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		t.Fatalf("completion through the gateway: %d", res.StatusCode)
+		t.Fatalf("completion through the gateway: %d %q", res.StatusCode, msg)
 	}
 }
 
@@ -203,7 +204,7 @@ func TestParityDataParallelReplica(t *testing.T) {
 	srv := httptest.NewServer(vllmemu.DPHandler(engines))
 	t.Cleanup(srv.Close)
 	cfg, err := config.Parse(fmt.Appendf(nil, `listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 parity: {interval: 1s, timeout: 2s}
 pools:
   - name: qwen

@@ -88,7 +88,7 @@ func parityConfig(t *testing.T, onMismatch string, engines ...*emu) *config.Conf
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: {extproc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\n")
-	fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms}\nparity: {interval: 1s, timeout: 2s, on_mismatch: %s}\n", onMismatch)
+	fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms, stall_timeout: 2s}\nparity: {interval: 1s, timeout: 2s, on_mismatch: %s}\n", onMismatch)
 	fmt.Fprintf(&b, "pools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n    block_size: %d\n    hash: {algorithm: sha256, seed: \"0\"}\n    replicas:\n",
 		testdata.TokenizerDir(t, "qwen3"), blockSize)
 	for i, m := range engines {

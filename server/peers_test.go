@@ -44,7 +44,7 @@ func TestPeersBookEachOthersRoutedRequests(t *testing.T) {
 		cert := ca.Issue(t, fmt.Sprintf("kvroute-%d", i))
 		fmt.Fprintf(&b, "peers: {listen: %q, addresses: [%q, %q], heartbeat_interval: 50ms, peer_timeout: 1s,\n", ports[i], ports[0], ports[1])
 		fmt.Fprintf(&b, "  tls: {cert_file: %q, key_file: %q, ca_file: %q}}\n", cert.Cert, cert.Key, ca.File)
-		fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n    block_size: %d\n    replicas:\n", tokDir, blockSize)
+		fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms, stall_timeout: 2s}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n    block_size: %d\n    replicas:\n", tokDir, blockSize)
 		for j, r := range reps {
 			fmt.Fprintf(&b, "      - {name: r%d, address: %q, events: %q}\n", j, r.http.Listener.Addr().String(), r.pub.Endpoint())
 		}

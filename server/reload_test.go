@@ -19,7 +19,7 @@ func TestWatchConfigReloadsOnTrigger(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "kvroute.yaml")
 	doc := `listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 routing: {debug_headers: true}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 pools:
   - name: qwen
     models: [qwen]

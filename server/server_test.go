@@ -95,13 +95,16 @@ func startServerBS(t *testing.T, bs int, reps ...*replica) (*Server, extprocv3.E
 	return runServer(t, qwenConfig(t, bs, reps...))
 }
 
-// qwenConfig is startServerBS's config.
+// qwenConfig is startServerBS's config. The server tests' configs give
+// ingest.stall_timeout 2s: their engines run in the test's own -race
+// process, which on a busy machine can leave a /health probe unanswered
+// past the 300 ms default and make the replica unroutable for a moment.
 func qwenConfig(t *testing.T, bs int, reps ...*replica) *config.Config {
 	t.Helper()
 	tokDir := testdata.TokenizerDir(t, "qwen3")
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: {extproc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nrouting: {debug_headers: true}\n")
-	fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n", tokDir)
+	fmt.Fprintf(&b, "ingest: {scrape_interval: 100ms, stall_timeout: 2s}\npools:\n  - name: qwen\n    models: [qwen]\n    tokenizer: %q\n", tokDir)
 	if bs > 0 {
 		fmt.Fprintf(&b, "    block_size: %d\n", bs)
 	}

@@ -81,7 +81,7 @@ func TestDecisionSpansJoinTheIncomingTrace(t *testing.T) {
 	tokDir := testdata.TokenizerDir(t, "qwen3")
 	doc := fmt.Sprintf(`listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 tracing: {endpoint: %q, insecure: true, service_name: kvroute-test}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 pools:
   - name: qwen
     models: [qwen]
