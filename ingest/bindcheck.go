@@ -70,48 +70,14 @@ func (rs *rankState) mayRestartOnStartTime() bool {
 // bind-mode socket.
 func (rs *rankState) bound() bool { return rs.events == "" }
 
-// mayCheck reports whether a suspicious live batch may trigger a replay to
-// check it; in bind mode over the rate, it is dropped and counted.
-func (rs *rankState) mayCheck(seq uint64) bool {
-	if !rs.bound() || rs.replay == "" || rs.limits.checks.Allow() {
-		return true
-	}
-	rs.met.unverified(unverifiedThrottled).Inc()
-	rs.seq.haveLive = false
-	rs.warnSeq("ingest: dropped a live batch unchecked: replay checks over their rate", "seq", seq, "last_seq", rs.seq.last)
-	return false
-}
-
-// confirmRestart reports whether a live seq at or below what was already
-// seen is the engine's own restart. In connect mode it is. In bind mode the
-// engine's replay must show its sequence is now below what kvroute saw
-// (a restarted engine counts again from 0); without a replay endpoint, the
-// next batch must continue the lower seq.
-func (rs *rankState) confirmRestart(ctx context.Context, seq uint64) bool {
-	if !rs.bound() {
-		return true
-	}
-	s := &rs.seq
-	confirmed := false
-	switch {
-	case rs.replay == "":
-		confirmed = s.backContinued(seq)
-	case rs.mayCheck(seq):
-		top, any := uint64(0), false
-		err := rs.mgr.fetchReplay(ctx, rs.replay, seq, func(q uint64, _ []byte) {
-			top, any = max(top, q), true
-		})
-		confirmed = err == nil && any && top < s.seen()
-	default:
-		return false // counted by mayCheck
-	}
-	if confirmed {
-		return true
-	}
-	rs.met.unverified(unverifiedRestart).Inc()
-	s.haveLive = false
-	rs.warnSeq("ingest: dropped a live batch whose seq went backwards; the engine does not confirm a restart", "seq", seq, "last_seq", s.last)
-	return false
+// probe fetches the engine's replay from seq only to see the seqs it
+// holds: a bind-mode check of a seq that went backwards (the sequencer
+// confirms a restart when the engine's sequence is below what it saw).
+func (rs *rankState) probe(ctx context.Context, seq uint64) (top uint64, saw bool, err error) {
+	err = rs.mgr.fetchReplay(ctx, rs.replay, seq, func(q uint64, _ []byte) {
+		top, saw = max(top, q), true
+	})
+	return top, saw, err
 }
 
 // warnSeq logs a warning about dropped batches at most once per

@@ -108,9 +108,13 @@ func (rs *rankState) dropGone() {
 
 // dropAll forgets the rank's blocks and sequence: a new episode.
 func (rs *rankState) dropAll() {
+	rs.seq.step(seqEvent{kind: evEngineReset})
+	rs.dropBlocks()
+}
+
+// dropBlocks forgets the rank's blocks (the sequencer's state is its own).
+func (rs *rankState) dropBlocks() {
 	rs.clear()
-	topic, haveTopic := rs.seq.topic, rs.seq.haveTopic
-	rs.seq = seqState{topic: topic, haveTopic: haveTopic}
 	rs.st.update(func(st *rankStatus) { st.Partial = false })
 	rs.drops.Add(1)
 }

@@ -249,6 +249,7 @@ func (m *Manager) newRank(ps *poolState, rk Rank, replica int) (*rankState, erro
 			return nil, fmt.Errorf("ingest: pool %s replica %s replay: %w", ps.in.Name, rs.name, err)
 		}
 	}
+	rs.seq = newSequencer(rs.bound(), rs.replay != "")
 	return rs, nil
 }
 

@@ -44,7 +44,7 @@ type rankState struct {
 	// Applier-owned.
 	dec        *vllmevent.Decoder
 	batch      vllmevent.EventBatch
-	seq        seqState
+	seq        sequencer
 	keys       *keyMap
 	keysBuf    []index.BlockKey
 	groupKinds map[int]bool // group_idx → applied (prefix-keeping kind)
@@ -101,11 +101,12 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 	var retry <-chan time.Time
 	backoff := rs.mgr.tuning.minBackoff
 	initial := func() {
-		if rs.seq.have || rs.replay == "" || rs.events != "" {
+		acts := rs.seq.step(seqEvent{kind: evRetry})
+		if acts == nil {
 			retry = nil
 			return
 		}
-		if rs.onConnect(ctx) || rs.seq.have {
+		if rs.perform(ctx, acts, nil) || rs.seq.have {
 			retry = nil
 			return
 		}
@@ -140,127 +141,95 @@ func (rs *rankState) applyLoop(ctx context.Context) {
 		case <-retry:
 			initial()
 		}
-		if len(rs.queue) == 0 && rs.dropPending.Swap(false) && rs.seq.have && rs.replay != "" {
+		if len(rs.queue) == 0 && rs.dropPending.Swap(false) {
 			// The dropped batch may have been the last one for a while:
 			// fetch it now rather than at the next message.
-			rs.replayFrom(ctx, rs.seq.last+1, 0)
+			rs.perform(ctx, rs.seq.step(seqEvent{kind: evQuiet}), nil)
 		}
 	}
 }
 
 // onConnect runs when the reader (re)connected: replay what was published
 // while we were away (all of the buffer on first contact).
-//
-// It reports whether the replay completed.
-func (rs *rankState) onConnect(ctx context.Context) bool {
-	rs.seq.haveLive = false
-	if rs.replay == "" {
-		return false
-	}
-	rs.seq.initialDone = true
-	ok, _ := rs.replayFrom(ctx, rs.seq.resumeFrom(), 0)
-	return ok
+func (rs *rankState) onConnect(ctx context.Context) {
+	rs.perform(ctx, rs.seq.step(seqEvent{kind: evConnected}), nil)
 }
 
 // handleLive applies one live batch in sequence, replaying gaps and
 // detecting restarts.
 func (rs *rankState) handleLive(ctx context.Context, b liveBatch) {
 	rs.firstLiveAfterGone(b.seq)
-	s := &rs.seq
-	if s.haveTopic && b.topic != s.topic && !rs.bound() {
+	rs.perform(ctx, rs.seq.step(seqEvent{kind: evLive, topic: b.topic, seq: b.seq}), b.payload)
+}
+
+// perform does the sequencer's actions in order and answers each request
+// with the event that continues it; payload is the live batch's. It reports
+// whether the last replay it ran completed (end marker received).
+func (rs *rankState) perform(ctx context.Context, acts []seqAction, payload []byte) (replayOK bool) {
+	var replayErr error
+	for len(acts) > 0 {
+		var next []seqAction
+		for _, a := range acts {
+			switch a.kind {
+			case actApply:
+				rs.applyPayload(a.seq, payload, false)
+			case actReplay:
+				replayErr = rs.replayFrom(ctx, a.seq)
+				replayOK = replayErr == nil
+				next = rs.seq.step(seqEvent{kind: evReplayEnd, ok: replayOK})
+			case actReplayDone:
+				rs.replayDone(a, replayErr)
+			case actCheck:
+				next = rs.seq.step(seqEvent{kind: evChecked, ok: rs.limits.checks.Allow()})
+			case actProbe:
+				top, saw, err := rs.probe(ctx, a.seq)
+				next = rs.seq.step(seqEvent{kind: evProbed, ok: err == nil, top: top, saw: saw})
+			case actDrop:
+				rs.dropped(a)
+			case actReset:
+				rs.restart(a)
+			case actGap:
+				rs.met.gaps.Inc()
+				rs.st.update(func(st *rankStatus) { st.Gaps++ })
+			case actPartial:
+				rs.st.update(func(st *rankStatus) { st.Partial = true })
+			}
+		}
+		acts = next
+	}
+	return replayOK
+}
+
+// dropped counts and reports a live batch the sequencer did not apply.
+func (rs *rankState) dropped(a seqAction) {
+	switch a.why {
+	case dropThrottled:
+		rs.met.unverified(unverifiedThrottled).Inc()
+		rs.warnSeq("ingest: dropped a live batch unchecked: replay checks over their rate", "seq", a.seq, "last_seq", a.last)
+	case dropUnconfirmed:
+		rs.met.unverified(unverifiedRestart).Inc()
+		rs.warnSeq("ingest: dropped a live batch whose seq went backwards; the engine does not confirm a restart", "seq", a.seq, "last_seq", a.last)
+	case dropNotBuffered, dropJumpTooLarge:
+		// Applying it would make every later real batch look applied.
+		why := "not in the engine's replay buffer"
+		if a.why == dropJumpTooLarge {
+			why = "larger than the plausible jump and not confirmed"
+		}
+		rs.met.seqJumps.Inc()
+		rs.st.update(func(st *rankStatus) { st.SeqJumps++ })
+		rs.warnSeq("ingest: dropped a batch with an implausible sequence jump", "seq", a.seq, "last_seq", a.last, "reason", why)
+	}
+}
+
+// restart handles a publisher that started over: the sequencer forgot its
+// sequence; the replica's blocks go too.
+func (rs *rankState) restart(a seqAction) {
+	if a.topic {
 		rs.mgr.log.Warn("ingest: publisher topic changed; treating as a restart", "pool", rs.pool.in.Name, "replica", rs.name)
-		rs.restart(ctx, b.seq)
 	}
-	s.topic, s.haveTopic = b.topic, true
-	if !s.have && !s.initialDone && rs.replay != "" {
-		// First contact (bind mode has no connect signal): fetch the buffer.
-		s.initialDone = true
-		rs.replayFrom(ctx, 0, 0)
-	}
-	switch s.order(b.seq) {
-	case liveReplayed:
-		s.seenLive(b.seq)
-		return // already applied by a replay
-	case liveBehind:
-		if !rs.confirmRestart(ctx, b.seq) {
-			return
-		}
-		rs.restart(ctx, b.seq)
-	default:
-		s.haveBack = false
-	}
-	if s.applied(b.seq) {
-		s.seenLive(b.seq)
-		return // the restart's replay covered it
-	}
-	if !s.have && b.seq > 0 && rs.replay != "" {
-		// Nothing applied yet (the first replay failed or raced the
-		// engine's first batches): what came before b.seq is a gap too.
-		if !rs.mayCheck(b.seq) {
-			return
-		}
-		rs.replayFrom(ctx, 0, b.seq)
-		if s.applied(b.seq) {
-			s.seenLive(b.seq)
-			return
-		}
-	}
-	if s.gapBefore(b.seq) {
-		rs.met.gaps.Inc()
-		rs.st.update(func(st *rankStatus) { st.Gaps++ })
-		verified := false
-		if rs.replay != "" {
-			if !rs.mayCheck(b.seq) {
-				return
-			}
-			ok, end := rs.replayFrom(ctx, s.last+1, b.seq)
-			if s.applied(b.seq) {
-				s.seenLive(b.seq)
-				return
-			}
-			// The engine buffers a batch before a replay can be served, so a
-			// live seq its replay does not reach was never published by it.
-			if ok && end < b.seq {
-				rs.implausibleJump(b.seq, "not in the engine's replay buffer")
-				return
-			}
-			verified = ok
-		}
-		// Nothing to check it against: believe a huge jump only when the
-		// next batch continues it.
-		if !verified && !s.takeUnverifiedJump(b.seq) {
-			rs.implausibleJump(b.seq, "larger than the plausible jump and not confirmed")
-			return
-		}
-		if s.gapBefore(b.seq) {
-			rs.st.update(func(st *rankStatus) { st.Partial = true })
-		}
-	}
-	s.haveJump = false
-	s.seenLive(b.seq)
-	rs.applyPayload(b.seq, b.payload, false)
-}
-
-// implausibleJump drops a live batch whose seq jumps ahead of anything the
-// engine can have published: applying it would make every later real batch
-// look already applied. The sequence state stays where it was.
-func (rs *rankState) implausibleJump(seq uint64, why string) {
-	rs.met.seqJumps.Inc()
-	rs.st.update(func(st *rankStatus) { st.SeqJumps++ })
-	rs.seq.haveLive = false
-	rs.warnSeq("ingest: dropped a batch with an implausible sequence jump", "seq", seq, "last_seq", rs.seq.last, "reason", why)
-}
-
-// restart handles a publisher that started over: forget the replica's
-// blocks and sequence, then resync from the new stream's beginning.
-func (rs *rankState) restart(ctx context.Context, seq uint64) {
-	rs.mgr.log.Info("ingest: publisher restarted; clearing replica", "pool", rs.pool.in.Name, "replica", rs.name, "seq", seq, "last_seq", rs.seq.last)
-	rs.dropAll()
+	rs.mgr.log.Info("ingest: publisher restarted; clearing replica", "pool", rs.pool.in.Name, "replica", rs.name, "seq", a.seq, "last_seq", a.last)
+	rs.dropBlocks()
 	rs.countRestart("seq_backwards")
-	rs.seq.initialDone = true
-	if rs.replay != "" && seq > 0 {
-		rs.replayFrom(ctx, 0, seq)
-	}
 }
 
 // clear drops everything the replica holds in the index and the key map.
@@ -270,46 +239,43 @@ func (rs *rankState) clear() {
 	clear(rs.groupKinds)
 }
 
-// replayFrom fetches buffered batches from start on and applies the new ones
-// in order. expectUpTo > start means seqs [start, expectUpTo) are known to
-// exist (a gap before live seq expectUpTo). When the first batch replayed is
-// not start, the buffer no longer had it: the replica's index is partial.
-//
-// ok reports a complete replay (end marker received); end is the highest
-// seq it delivered (start-1 when none).
-func (rs *rankState) replayFrom(ctx context.Context, start, expectUpTo uint64) (ok bool, end uint64) {
+// replayFrom fetches buffered batches from start on and applies those the
+// sequencer takes, in order. A nil error means the end marker came.
+func (rs *rankState) replayFrom(ctx context.Context, start uint64) error {
 	rs.met.replayReq.Inc()
-	run := rs.seq.beginReplay(start)
-	err := rs.mgr.fetchReplay(ctx, rs.replay, start, func(seq uint64, payload []byte) {
-		if run.next(seq) {
-			rs.applyPayload(seq, payload, true)
+	return rs.mgr.fetchReplay(ctx, rs.replay, start, func(seq uint64, payload []byte) {
+		for _, a := range rs.seq.step(seqEvent{kind: evReplayBatch, seq: seq}) {
+			if a.kind == actApply {
+				rs.applyPayload(a.seq, payload, true)
+			}
 		}
 	})
-	run.done(expectUpTo)
-	end, partial, jumps := run.end, run.partial, run.jumps
-	if jumps > 0 {
-		rs.met.replayJumps.Add(float64(jumps))
-		rs.st.update(func(st *rankStatus) { st.SeqJumps += int64(jumps) })
+}
+
+// replayDone counts a replay's outcome; err is its fetch's.
+func (rs *rankState) replayDone(a seqAction, err error) {
+	if a.jumps > 0 {
+		rs.met.replayJumps.Add(float64(a.jumps))
+		rs.st.update(func(st *rankStatus) { st.SeqJumps += int64(a.jumps) })
 		rs.mgr.log.Warn("ingest: skipped replayed batches whose seq does not follow the reply's previous one", "pool", rs.pool.in.Name,
-			"replica", rs.name, "skipped", jumps, "start_seq", start, "end_seq", end)
+			"replica", rs.name, "skipped", a.jumps, "start_seq", a.seq, "end_seq", a.end)
 	}
-	switch {
-	case err != nil:
+	switch a.outcome {
+	case outcomeFailed:
 		rs.met.replayFailed.Inc()
-		rs.mgr.log.Warn("ingest: replay failed", "pool", rs.pool.in.Name, "replica", rs.name, "start_seq", start, "err", err)
+		rs.mgr.log.Warn("ingest: replay failed", "pool", rs.pool.in.Name, "replica", rs.name, "start_seq", a.seq, "err", err)
 		rs.st.update(func(st *rankStatus) {
 			st.Replays++
 			st.Partial = true
 			st.setError(rs.mgr.now(), "replay: "+err.Error())
 		})
-	case partial:
+	case outcomePartial:
 		rs.met.replayPartial.Inc()
 		rs.st.update(func(st *rankStatus) { st.Replays++; st.ReplaysPartial++; st.Partial = true })
 	default:
 		rs.met.replayOK.Inc()
 		rs.st.update(func(st *rankStatus) { st.Replays++ })
 	}
-	return err == nil, end
 }
 
 // applyPayload decodes one batch and applies it; the seq counts as consumed
