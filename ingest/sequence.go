@@ -1,10 +1,10 @@
 package ingest
 
 // seqState tracks one publisher's sequence numbers (vllm/distributed/kv_events.py: 0,1,2…
-// per publisher, reset by a restart). It does no I/O: the rank's applier
-// asks it where a live or replayed batch stands and what to do with it
-// (apply, drop, replay from a seq, treat as a restart), does that, and
-// tells it what was applied (sequence_test.go tables every answer).
+// per publisher, reset by a restart). It does no I/O: the sequencer
+// (sequencer.go) asks it where a live or replayed batch stands, and the
+// rank's applier tells it what was applied (sequence_test.go tables every
+// answer).
 type seqState struct {
 	have        bool   // last is valid
 	last        uint64 // last applied seq
