@@ -423,6 +423,16 @@ func reprValue(v Value) string {
 // budget (smaller by default) then fails the render.
 const reprLimit = 64 << 20
 
+// writeReprItems writes a list's or tuple's items, comma-separated.
+func writeReprItems(b *strings.Builder, items []Value, depth int) {
+	for i, it := range items {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		writeRepr(b, it, depth+1)
+	}
+}
+
 func writeRepr(b *strings.Builder, v Value, depth int) {
 	if depth > 100 || b.Len() > reprLimit {
 		b.WriteString("...")
@@ -433,21 +443,11 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 		b.WriteString(reprString(x))
 	case *List:
 		b.WriteByte('[')
-		for i, it := range x.Items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeRepr(b, it, depth+1)
-		}
+		writeReprItems(b, x.Items, depth)
 		b.WriteByte(']')
 	case Tuple:
 		b.WriteByte('(')
-		for i, it := range x {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeRepr(b, it, depth+1)
-		}
+		writeReprItems(b, x, depth)
 		if len(x) == 1 {
 			b.WriteByte(',')
 		}
