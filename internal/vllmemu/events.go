@@ -233,31 +233,29 @@ func appendArrayHeader(dst []byte, n int) []byte {
 }
 
 func appendStr(dst []byte, s string) []byte {
-	n := len(s)
-	switch {
-	case n < 32:
+	if n := len(s); n < 32 {
 		dst = append(dst, 0xa0|byte(n))
-	case n <= math.MaxUint8:
-		dst = append(dst, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		dst = binary.BigEndian.AppendUint16(append(dst, 0xda), uint16(n))
-	default:
-		dst = binary.BigEndian.AppendUint32(append(dst, 0xdb), uint32(n))
+	} else {
+		dst = appendLen(dst, 0xd9, n) // str 8, 16, 32
 	}
 	return append(dst, s...)
 }
 
 func appendBin(dst []byte, b []byte) []byte {
-	n := len(b)
+	return append(appendLen(dst, 0xc4, len(b)), b...) // bin 8, 16, 32
+}
+
+// appendLen writes a str or bin header: the length n in one, two or four
+// big-endian bytes after the type code c8, c8+1 or c8+2.
+func appendLen(dst []byte, c8 byte, n int) []byte {
 	switch {
 	case n <= math.MaxUint8:
-		dst = append(dst, 0xc4, byte(n))
+		return append(dst, c8, byte(n))
 	case n <= math.MaxUint16:
-		dst = binary.BigEndian.AppendUint16(append(dst, 0xc5), uint16(n))
+		return binary.BigEndian.AppendUint16(append(dst, c8+1), uint16(n))
 	default:
-		dst = binary.BigEndian.AppendUint32(append(dst, 0xc6), uint32(n))
+		return binary.BigEndian.AppendUint32(append(dst, c8+2), uint32(n))
 	}
-	return append(dst, b...)
 }
 
 func appendUint(dst []byte, v uint64) []byte {

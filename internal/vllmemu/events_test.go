@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/ingest/vllmevent"
@@ -317,4 +318,26 @@ func eventHashValue(t *testing.T, h blockhash.EventHash) uint64 {
 func ints(v []int) string {
 	b, _ := json.Marshal(v)
 	return string(bytes.TrimSpace(b))
+}
+
+// TestStrAndBinHeadersAtEveryWidth: strings and byte strings at the edges
+// of msgpack's fix, 8-, 16- and 32-bit length forms decode (with
+// vmihailenco/msgpack) to what was encoded, in the smallest form.
+func TestStrAndBinHeadersAtEveryWidth(t *testing.T) {
+	for _, c := range []struct {
+		n              int
+		strHdr, binHdr int // header bytes
+	}{{0, 1, 2}, {31, 1, 2}, {32, 2, 2}, {255, 2, 2}, {256, 3, 3}, {65535, 3, 3}, {65536, 5, 5}} {
+		s := strings.Repeat("x", c.n)
+		str := appendStr(nil, s)
+		var gotS string
+		if err := msgpack.Unmarshal(str, &gotS); err != nil || gotS != s || len(str) != c.n+c.strHdr {
+			t.Errorf("str of %d bytes: %d bytes encoded, err %v, round trip %v", c.n, len(str), err, gotS == s)
+		}
+		bin := appendBin(nil, []byte(s))
+		var gotB []byte
+		if err := msgpack.Unmarshal(bin, &gotB); err != nil || string(gotB) != s || len(bin) != c.n+c.binHdr {
+			t.Errorf("bin of %d bytes: %d bytes encoded, err %v, round trip %v", c.n, len(bin), err, string(gotB) == s)
+		}
+	}
 }
