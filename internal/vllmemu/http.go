@@ -231,6 +231,17 @@ func (e *Engine) generate(w http.ResponseWriter, hr *http.Request, p *completion
 		default:
 		}
 	}
+	// next waits for the request's next output; false when the client went
+	// away first (the request is aborted).
+	next := func() (output, bool) {
+		select {
+		case <-hr.Context().Done():
+			abort()
+			return output{}, false
+		case o := <-req.out:
+			return o, true
+		}
+	}
 	created := req.arrival.Unix()
 	model := p.Model
 	if lora == "" {
@@ -245,30 +256,28 @@ func (e *Engine) generate(w http.ResponseWriter, hr *http.Request, p *completion
 		var text strings.Builder
 		n, cached := 0, 0
 		for {
-			select {
-			case <-hr.Context().Done():
-				abort()
-				return
-			case o := <-req.out:
-				if o.err != nil {
-					writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", nil, o.err.Error())
-					return
-				}
-				text.WriteString(o.text)
-				n++
-				cached = o.cachedTokens
-				if !o.done {
-					continue
-				}
-				resp := completionResponse{ID: req.id, Object: kind, Created: created, Model: model, Usage: mkUsage(n, cached)}
-				if chat {
-					resp.Choices = []chatChoice{{Message: &chatMessage{Role: "assistant", Content: text.String()}, FinishReason: &finish}}
-				} else {
-					resp.Choices = []completionChoice{{Text: text.String(), FinishReason: &finish}}
-				}
-				writeJSON(w, http.StatusOK, resp)
+			o, ok := next()
+			if !ok {
 				return
 			}
+			if o.err != nil {
+				writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", nil, o.err.Error())
+				return
+			}
+			text.WriteString(o.text)
+			n++
+			cached = o.cachedTokens
+			if !o.done {
+				continue
+			}
+			resp := completionResponse{ID: req.id, Object: kind, Created: created, Model: model, Usage: mkUsage(n, cached)}
+			if chat {
+				resp.Choices = []chatChoice{{Message: &chatMessage{Role: "assistant", Content: text.String()}, FinishReason: &finish}}
+			} else {
+				resp.Choices = []completionChoice{{Text: text.String(), FinishReason: &finish}}
+			}
+			writeJSON(w, http.StatusOK, resp)
+			return
 		}
 	}
 	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
@@ -296,43 +305,41 @@ func (e *Engine) generate(w http.ResponseWriter, hr *http.Request, p *completion
 	}
 	n := 0
 	for {
-		select {
-		case <-hr.Context().Done():
-			abort()
-			return
-		case o := <-req.out:
-			if o.err != nil {
-				send(apiError{Error: apiErrorInfo{Message: o.err.Error(), Type: "ServiceUnavailableError", Code: http.StatusServiceUnavailable}})
-				return
-			}
-			n++
-			var fr *string
-			if o.done {
-				fr = &finish
-			}
-			chunk := completionResponse{ID: req.id, Object: chunkKind, Created: created, Model: model}
-			if chat {
-				chunk.Choices = []chatChoice{{Delta: &chatMessage{Content: o.text}, FinishReason: fr}}
-			} else {
-				chunk.Choices = []completionChoice{{Text: o.text, FinishReason: fr}}
-			}
-			if !send(chunk) {
-				abort()
-				return
-			}
-			if !o.done {
-				continue
-			}
-			if p.StreamOptions != nil && p.StreamOptions.IncludeUsage {
-				send(completionResponse{ID: req.id, Object: chunkKind, Created: created, Model: model,
-					Choices: []any{}, Usage: mkUsage(n, o.cachedTokens)})
-			}
-			fmt.Fprint(w, "data: [DONE]\n\n")
-			if flusher != nil {
-				flusher.Flush()
-			}
+		o, ok := next()
+		if !ok {
 			return
 		}
+		if o.err != nil {
+			send(apiError{Error: apiErrorInfo{Message: o.err.Error(), Type: "ServiceUnavailableError", Code: http.StatusServiceUnavailable}})
+			return
+		}
+		n++
+		var fr *string
+		if o.done {
+			fr = &finish
+		}
+		chunk := completionResponse{ID: req.id, Object: chunkKind, Created: created, Model: model}
+		if chat {
+			chunk.Choices = []chatChoice{{Delta: &chatMessage{Content: o.text}, FinishReason: fr}}
+		} else {
+			chunk.Choices = []completionChoice{{Text: o.text, FinishReason: fr}}
+		}
+		if !send(chunk) {
+			abort()
+			return
+		}
+		if !o.done {
+			continue
+		}
+		if p.StreamOptions != nil && p.StreamOptions.IncludeUsage {
+			send(completionResponse{ID: req.id, Object: chunkKind, Created: created, Model: model,
+				Choices: []any{}, Usage: mkUsage(n, o.cachedTokens)})
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return
 	}
 }
 
