@@ -1,10 +1,7 @@
 package ingest
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,16 +140,7 @@ func benchFreeze(b *testing.B, interval, health time.Duration) {
 		b.StopTimer()
 		var frozen atomic.Bool
 		release := make(chan struct{})
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if frozen.Load() {
-				select {
-				case <-release:
-				case <-r.Context().Done():
-				}
-				return
-			}
-			fmt.Fprint(w, oldVLLMMetrics)
-		}))
+		srv := stallingMetrics(&frozen, release)
 		cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
 		cfg.Settings.ScrapeInterval = interval
 		cfg.Settings.ScrapeTimeout = 2 * time.Second

@@ -1114,6 +1114,29 @@ func startTimeMetrics(t testing.TB, start *atomic.Int64) string {
 	return srv.URL
 }
 
+// boundConfig is one replica "a" (topic engine-a) whose batches come
+// through the bind-mode socket at a free endpoint, bind.
+func boundConfig(t *testing.T) (cfg *testConfig, bind string) {
+	bind = freeEndpoint(t)
+	cfg = baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
+	cfg.Settings.Bind = bind
+	return cfg, bind
+}
+
+// startTimeRank starts ingest for one replica without replay whose
+// /metrics reports a process start time the test moves, scraped every
+// 20 ms, and waits for its subscription.
+func startTimeRank(t *testing.T) (*harness, *vllmzmq.Publisher, *atomic.Int64) {
+	startTime := new(atomic.Int64)
+	startTime.Store(1767225600)
+	pub := newPublisher(t, "", 100)
+	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), metrics: startTimeMetrics(t, startTime)}))
+	cfg.Settings.ScrapeInterval = 20 * time.Millisecond
+	h := start(t, cfg)
+	waitSubscribed(t, pub)
+	return h, pub, startTime
+}
+
 // TestRestartPastTheOldSeqIsDetected: the engine restarts and publishes
 // past the old process's last seq before kvroute reconnects. The replay from
 // last+1 used to pass for a continuation: the old blocks stayed held, the new
@@ -1159,13 +1182,7 @@ func TestRestartPastTheOldSeqIsDetected(t *testing.T) {
 // hanging) drops the old process's blocks and counts a restart.
 func TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded(t *testing.T) {
 	st := steps(t)
-	var startTime atomic.Int64
-	startTime.Store(1767225600)
-	pub := newPublisher(t, "", 100)
-	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), metrics: startTimeMetrics(t, &startTime)}))
-	cfg.Settings.ScrapeInterval = 20 * time.Millisecond
-	h := start(t, cfg)
-	waitSubscribed(t, pub)
+	h, pub, startTime := startTimeRank(t)
 	publish(t, pub, st[stepPrompt])
 	prompt := tokenKeys(t, "p", promptTokens[:8], blockhash.RequestKeys{})
 	waitFor(t, "the blocks", func() bool { return h.held("p", "r0", prompt) == 2 })
@@ -1184,13 +1201,7 @@ func TestStartTimeChangeDropsBlocksWhenTheStreamNeverEnded(t *testing.T) {
 // of clearing the replica at every scrape.
 func TestStartTimeFlippingIsRateLimited(t *testing.T) {
 	st := steps(t)
-	var startTime atomic.Int64
-	startTime.Store(1767225600)
-	pub := newPublisher(t, "", 100)
-	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", events: pub.Endpoint(), metrics: startTimeMetrics(t, &startTime)}))
-	cfg.Settings.ScrapeInterval = 20 * time.Millisecond
-	h := start(t, cfg)
-	waitSubscribed(t, pub)
+	h, pub, startTime := startTimeRank(t)
 	waitFor(t, "a first start time", func() bool { return h.counter(metricScrapes, "outcome", "ok") >= 2 })
 	startTime.Add(60)
 	waitFor(t, "the first restart", func() bool { return h.mgr.Status()[0].Restarts == 1 })
@@ -1221,9 +1232,7 @@ func TestStartTimeFlippingIsRateLimited(t *testing.T) {
 // continues it; a lone forged seq 2^40 is dropped and counted.
 func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
 	st := steps(t)
-	bind := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-	cfg.Settings.Bind = bind
+	cfg, bind := boundConfig(t)
 	h := start(t, cfg)
 	var engine *vllmzmq.Publisher
 	waitFor(t, "the engine dials", func() bool {

@@ -265,14 +265,11 @@ func FuzzScrapeParser(f *testing.F) {
 	})
 }
 
-// TestFrozenEngineIsUnroutableWhileItsScrapeStalls: an engine that accepts
-// the /metrics connection and never answers (a SIGSTOPped process) is
-// unroutable while the scrape waits, long before the scrape timeout, and
-// routable again once it answers.
-func TestFrozenEngineIsUnroutableWhileItsScrapeStalls(t *testing.T) {
-	release := make(chan struct{})
-	var frozen atomic.Bool
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// stallingMetrics serves oldVLLMMetrics; while frozen holds, a request
+// waits until release is closed (then it is answered) or its client gives
+// up, as a SIGSTOPped engine's /metrics does.
+func stallingMetrics(frozen *atomic.Bool, release <-chan struct{}) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if frozen.Load() {
 			select {
 			case <-release:
@@ -282,6 +279,16 @@ func TestFrozenEngineIsUnroutableWhileItsScrapeStalls(t *testing.T) {
 		}
 		fmt.Fprint(w, oldVLLMMetrics)
 	}))
+}
+
+// TestFrozenEngineIsUnroutableWhileItsScrapeStalls: an engine that accepts
+// the /metrics connection and never answers (a SIGSTOPped process) is
+// unroutable while the scrape waits, long before the scrape timeout, and
+// routable again once it answers.
+func TestFrozenEngineIsUnroutableWhileItsScrapeStalls(t *testing.T) {
+	release := make(chan struct{})
+	var frozen atomic.Bool
+	srv := stallingMetrics(&frozen, release)
 	defer srv.Close()
 	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "r0", metrics: srv.URL}))
 	cfg.Settings.ScrapeInterval = 20 * time.Millisecond

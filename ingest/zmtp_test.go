@@ -101,9 +101,7 @@ func serveEngine(t *testing.T, h *harness, bind, topic, replica string, payload 
 // panicked on 2^62 (makeslice) and died of OOM on 2^40.
 func TestOversizeFrameOnBoundSocketIsRefused(t *testing.T) {
 	st := steps(t)
-	bind := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-	cfg.Settings.Bind = bind
+	cfg, bind := boundConfig(t)
 	h := start(t, cfg)
 	for _, size := range []uint64{1 << 62, 1 << 40} {
 		c := dialBound(t, bind)
@@ -216,9 +214,7 @@ func TestMalformedReadyIsRefused(t *testing.T) {
 	for i := range hungUp {
 		waitHungUpOn(t, hungUp[i], fmt.Sprintf("engine %d after its malformed READY", i))
 	}
-	bind := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-	cfg.Settings.Bind = bind
+	cfg, bind := boundConfig(t)
 	h := start(t, cfg)
 	for _, ready := range malformedReadys {
 		c := dialBound(t, bind)
@@ -252,9 +248,7 @@ func TestSilentPeersTimeOutAndBlockNobody(t *testing.T) {
 	// while a silent peer holds its connection; at a short one, the silent
 	// peer is hung up on.
 	for _, short := range []bool{false, true} {
-		bind := freeEndpoint(t)
-		cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-		cfg.Settings.Bind = bind
+		cfg, bind := boundConfig(t)
 		var h *harness
 		if short {
 			h = start(t, cfg, shorten)
@@ -364,9 +358,7 @@ func TestBindWithoutHostListensOnLoopbackOnly(t *testing.T) {
 // topic cache, which keeps only topics that name a replica.
 func TestUnknownTopicsAreNotCached(t *testing.T) {
 	st := steps(t)
-	bind := freeEndpoint(t)
-	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a"}))
-	cfg.Settings.Bind = bind
+	cfg, bind := boundConfig(t)
 	h := start(t, cfg)
 	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
 	t.Cleanup(func() { forger.Close() })
