@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/poll"
 	"github.com/kvroute/kvroute/routing"
 )
 
@@ -146,13 +147,9 @@ func TestStreamAgainstAFakeDecider(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 5 s: End runs when the server sees the
+// waitFor polls cond (poll.Until): End runs when the server sees the
 // stream end, just after the client has its answer.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5 s")
-		}
-	}
+	poll.Until(t, "the condition", cond)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/internal/panics"
+	"github.com/kvroute/kvroute/internal/poll"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 
 	"github.com/kvroute/kvroute/internal/logbuf"
@@ -220,16 +221,10 @@ func startOn(t testing.TB, ix *index.Index, cfg *testConfig, tweak ...func(*Mana
 	return &harness{t: t, ix: ix, mgr: mgr, reg: reg}
 }
 
-// waitFor polls cond for up to 10 s.
+// waitFor polls cond (poll.Until).
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, what, cond)
 }
 
 func (h *harness) rank(name string) *rankState {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvroute/kvroute/index"
+	"github.com/kvroute/kvroute/internal/poll"
 	"github.com/kvroute/kvroute/routing"
 )
 
@@ -114,15 +115,10 @@ func (nd *node) halt(t *testing.T) {
 	}
 }
 
-// eventually polls cond for up to 5 s.
+// eventually polls cond (poll.Until).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("not within 5 s: %s", what)
+	poll.Until(t, what, cond)
 }
 
 func (m *Mesh) senders() int {

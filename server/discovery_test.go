@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/dnstest"
 	"github.com/kvroute/kvroute/internal/kubetest"
+	"github.com/kvroute/kvroute/internal/poll"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/tokenize"
 
@@ -112,15 +112,10 @@ func TestDNSDiscoveredPoolFollowsTheRecords(t *testing.T) {
 	}
 }
 
+// waitUntil polls cond (poll.Until).
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, what, cond)
 }
 
 // TestKubernetesDiscoveredPoolFollowsPods: a pool whose engines are the

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/poll"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/tokenize"
 )
@@ -124,14 +125,8 @@ func seq(from, n int) []int {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond (poll.Until).
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, what, cond)
 }
