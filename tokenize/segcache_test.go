@@ -1,10 +1,7 @@
 package tokenize
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -78,27 +75,12 @@ func TestSegmentCacheKeepsGoldenIDs(t *testing.T) {
 		}
 	})
 	t.Run("synthetic", func(t *testing.T) {
-		dir := filepath.Join("testdata", "synthetic")
-		raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var golden map[string]struct {
-			Cases []goldenCase `json:"cases"`
-		}
-		if err := json.Unmarshal(raw, &golden); err != nil {
-			t.Fatal(err)
-		}
-		for name, g := range golden {
-			tok, err := LoadWithOptions(filepath.Join(dir, name+".json"), Options{IgnoreClassRules: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, g := range loadSynthetic(t) {
 			var checks []check
-			for _, c := range g.Cases {
+			for _, c := range g.cases {
 				checks = append(checks, check{c.Text, true, c.WithSpecial}, check{c.Text, false, c.NoSpecial})
 			}
-			run(t, tok, checks)
+			run(t, g.tok, checks)
 		}
 	})
 }

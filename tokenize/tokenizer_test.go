@@ -23,6 +23,30 @@ import (
 // holds the ids the Hugging Face Rust library (npm tokenizers@0.23.2)
 // produced for inputs.json with each of them.
 func TestSyntheticTokenizersMatchRustLibrary(t *testing.T) {
+	for name, g := range loadSynthetic(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, c := range g.cases {
+				if got := g.tok.Encode(c.Text, true); !slices.Equal(got, c.WithSpecial) {
+					t.Errorf("%q with special:\n got %v\nwant %v", c.Text, got, c.WithSpecial)
+				}
+				if got := g.tok.Encode(c.Text, false); !slices.Equal(got, c.NoSpecial) {
+					t.Errorf("%q:\n got %v\nwant %v", c.Text, got, c.NoSpecial)
+				}
+			}
+		})
+	}
+}
+
+// synthetic is one tokenizer of testdata/synthetic with the Rust library's
+// ids for it.
+type synthetic struct {
+	tok   *Tokenizer
+	cases []goldenCase
+}
+
+// loadSynthetic loads every tokenizer golden.json has cases for.
+func loadSynthetic(t *testing.T) map[string]synthetic {
+	t.Helper()
 	dir := filepath.Join("testdata", "synthetic")
 	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
 	if err != nil {
@@ -37,22 +61,15 @@ func TestSyntheticTokenizersMatchRustLibrary(t *testing.T) {
 	if len(golden) < 10 {
 		t.Fatalf("golden.json has only %d tokenizers", len(golden))
 	}
+	out := make(map[string]synthetic, len(golden))
 	for name, g := range golden {
-		t.Run(name, func(t *testing.T) {
-			tok, err := LoadWithOptions(filepath.Join(dir, name+".json"), Options{IgnoreClassRules: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range g.Cases {
-				if got := tok.Encode(c.Text, true); !slices.Equal(got, c.WithSpecial) {
-					t.Errorf("%q with special:\n got %v\nwant %v", c.Text, got, c.WithSpecial)
-				}
-				if got := tok.Encode(c.Text, false); !slices.Equal(got, c.NoSpecial) {
-					t.Errorf("%q:\n got %v\nwant %v", c.Text, got, c.NoSpecial)
-				}
-			}
-		})
+		tok, err := LoadWithOptions(filepath.Join(dir, name+".json"), Options{IgnoreClassRules: true})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out[name] = synthetic{tok, g.Cases}
 	}
+	return out
 }
 
 // TestClassRulesAddBOSLikeTransformers: transformers rebuilds the
