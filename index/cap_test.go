@@ -26,6 +26,32 @@ func randomKeys(n int) []BlockKey {
 	return ks
 }
 
+// samplePeak samples ix's counted total from another goroutine until the
+// returned func is called, which reports the highest sample.
+func samplePeak(ix *Index) (stop func() int64) {
+	var peak atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			peak.Store(max(peak.Load(), ix.TotalEntries()))
+			select {
+			case <-done:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		wg.Wait()
+		return peak.Load()
+	}
+}
+
 // One Store far larger than the cap (an engine event of a million hashes)
 // must not go in whole before eviction: the counted total stays within the
 // cap's slack at every moment, and the heap the index keeps stays bounded by
@@ -36,29 +62,12 @@ func TestCapHoldsWithinOneHugeStore(t *testing.T) {
 	before := heapAfterGC()
 	f := newFixture(t, 2, Options{MaxEntries: capEntries})
 
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // samples the counted total while the Store runs
-		defer wg.Done()
-		for {
-			peak.Store(max(peak.Load(), f.ix.TotalEntries()))
-			select {
-			case <-stop:
-				return
-			default:
-				runtime.Gosched()
-			}
-		}
-	}()
+	peak := samplePeak(f.ix)
 	f.ix.Store(f.r[0], ks, TierGPU)
 	f.ix.StoreSpeculative(f.r[1], ks)
-	close(stop)
-	wg.Wait()
 
 	line := int64(capEntries + capEntries/capSlack)
-	if p := peak.Load(); p > line {
+	if p := peak(); p > line {
 		t.Fatalf("counted entries reached %d during the store, cap %d (+slack %d)", p, capEntries, line)
 	}
 	if got := f.ix.TotalEntries(); got > line {
@@ -148,22 +157,8 @@ func TestMapsShrinkAfterMassEviction(t *testing.T) {
 func TestCapHoldsUnderConcurrentHugeStores(t *testing.T) {
 	const capEntries, writers, each = 10_000, 8, 100_000
 	f := newFixture(t, writers, Options{MaxEntries: capEntries})
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	var sampler, wg sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		for {
-			peak.Store(max(peak.Load(), f.ix.TotalEntries()))
-			select {
-			case <-stop:
-				return
-			default:
-				runtime.Gosched()
-			}
-		}
-	}()
+	peak := samplePeak(f.ix)
+	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Add(1)
 		go func() {
@@ -176,10 +171,8 @@ func TestCapHoldsUnderConcurrentHugeStores(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	sampler.Wait()
 	line := int64(capEntries + capEntries/capSlack)
-	if p := peak.Load(); p > line+writers*writeCommitEvery {
+	if p := peak(); p > line+writers*writeCommitEvery {
 		t.Fatalf("counted entries reached %d with %d concurrent writers, line %d", p, writers, line)
 	}
 }
