@@ -126,23 +126,33 @@ func TestWriteMarkdownRows(t *testing.T) {
 	}
 }
 
+// svgTokens parses a chart with encoding/xml, failing the test when it is
+// not well-formed XML.
+func svgTokens(t *testing.T, r io.Reader) []xml.Token {
+	t.Helper()
+	dec := xml.NewDecoder(r)
+	var out []xml.Token
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v", err)
+		}
+		out = append(out, xml.CopyToken(tok))
+	}
+}
+
 // TestWriteSVGIsWellFormedXML parses the chart with encoding/xml and checks
 // one polyline and legend entry per policy, with escaped text.
 func TestWriteSVGIsWellFormedXML(t *testing.T) {
 	var b bytes.Buffer
 	WriteSVG(&b, `TTFT & "rate" <x>`, sampleResults())
-	dec := xml.NewDecoder(&b)
 	var polylines, circles int
 	var texts []string
 	root := ""
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("not well-formed XML: %v", err)
-		}
+	for _, tok := range svgTokens(t, &b) {
 		switch e := tok.(type) {
 		case xml.StartElement:
 			if root == "" {
@@ -280,17 +290,9 @@ func TestWriteSVGAtOneRateIsABarChart(t *testing.T) {
 	}
 	var b bytes.Buffer
 	WriteSVG(&b, "TTFT p90 — shared-prefix", one)
-	dec := xml.NewDecoder(&b)
 	var bars, circles int
 	var texts []string
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("not well-formed XML: %v", err)
-		}
+	for _, tok := range svgTokens(t, &b) {
 		switch el := tok.(type) {
 		case xml.StartElement:
 			switch el.Name.Local {
