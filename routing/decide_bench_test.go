@@ -20,23 +20,35 @@ type chatWorkload struct {
 }
 
 func newChatWorkload(b *testing.B, tokens int) *chatWorkload {
-	tok, ct := routetest.LoadQwen(b)
 	w := &chatWorkload{ChatWorkload: routetest.NewChatWorkload(tokens)}
+	opts := benchRouterOptions
+	opts.PlacementSlack = 0.5
+	router, ix, eps := qwenRouter(b, 8, opts)
+	w.router = router
+	ix.Store(eps[3].Replica, w.SystemKeys(b, tokens), index.TierGPU)
+	return w
+}
+
+// benchRouterOptions are the router options the benchmarks share.
+var benchRouterOptions = RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, FailOpen: true}
+
+// qwenRouter is a router with opts over one pool "qwen" (the real Qwen3
+// tokenizer and chat template, 16-token blocks) of n replicas r0, r1, …
+func qwenRouter(b *testing.B, n int, opts RouterOptions) (*Router, *index.Index, []Endpoint) {
+	tok, ct := routetest.LoadQwen(b)
 	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 22, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second})
 	pid, _ := ix.AddPool("qwen")
 	var eps []Endpoint
-	for i := 0; i < 8; i++ {
+	for i := range n {
 		r, _ := ix.AddReplica(pid, fmt.Sprint("r", i))
 		eps = append(eps, Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
 	}
 	router, err := NewRouter(ix, []PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: routetest.TemplateChat{CT: ct},
-		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, PlacementSlack: 0.5, FailOpen: true})
+		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
-	w.router = router
-	ix.Store(eps[3].Replica, w.SystemKeys(b, tokens), index.TierGPU)
-	return w
+	return router, ix, eps
 }
 
 // benchDecide measures the in-process decision — body bytes → destination:

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/index"
 	"github.com/kvroute/kvroute/internal/routetest"
 )
 
@@ -56,19 +55,9 @@ func (h *heapPeak) end() float64 {
 // memoryRouter is a one-pool router over the real Qwen3 tokenizer and chat
 // template with the given limits (zero: unbounded).
 func memoryRouter(b *testing.B, lim Limits, inFlight int64) *Router {
-	tok, ct := routetest.LoadQwen(b)
-	ix := index.New(index.Options{TTL: time.Hour, MaxEntries: 1 << 22, CPUTierWeight: 0.5, SpeculativeTTL: 2 * time.Second})
-	pid, _ := ix.AddPool("qwen")
-	var eps []Endpoint
-	for i := 0; i < 4; i++ {
-		r, _ := ix.AddReplica(pid, fmt.Sprint("r", i))
-		eps = append(eps, Endpoint{Replica: r, Name: fmt.Sprint("r", i), Address: fmt.Sprintf("127.0.0.1:%d", 8001+i), DPSize: 1})
-	}
-	router, err := NewRouter(ix, []PoolConfig{{Name: "qwen", ID: pid, Models: []string{"qwen3"}, Tokenizer: tok, Chat: routetest.TemplateChat{CT: ct},
-		Keys: routetest.PoolKeys(b, "qwen", 16), Endpoints: eps}}, RouterOptions{PrefillTokensPerSecond: 10000, ForeignRequestTokens: 1024, KVUsageCeiling: 0.98, KVFullPenalty: 0.5, FailOpen: true, Limits: lim, MaxBytesInFlight: inFlight})
-	if err != nil {
-		b.Fatal(err)
-	}
+	opts := benchRouterOptions
+	opts.Limits, opts.MaxBytesInFlight = lim, inFlight
+	router, _, _ := qwenRouter(b, 4, opts)
 	return router
 }
 
