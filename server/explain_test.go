@@ -12,9 +12,8 @@ import (
 
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/index"
-	"github.com/kvroute/kvroute/internal/testdata"
+	"github.com/kvroute/kvroute/internal/routetest"
 	"github.com/kvroute/kvroute/routing"
-	"github.com/kvroute/kvroute/tokenize"
 )
 
 // postExplain POSTs body to the admin listener's /debug/explain.
@@ -50,10 +49,7 @@ func replicaStates(t *testing.T, s *Server) []index.ReplicaState {
 func TestExplainOverTheAdminListener(t *testing.T) {
 	a, b := newReplica(t), newReplica(t)
 	s, c := startServer(t, a, b)
-	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, _ := routetest.LoadQwen(t)
 	prompt := prose(20)
 	ids := tok.Encode(prompt, true)
 	b.storeBlocks(t, ids)

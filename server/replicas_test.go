@@ -14,8 +14,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
-	"github.com/kvroute/kvroute/internal/testdata"
-	"github.com/kvroute/kvroute/tokenize"
+	"github.com/kvroute/kvroute/internal/routetest"
 )
 
 func (r *replica) config(name string) config.Replica {
@@ -42,10 +41,7 @@ func blocksOf(s *Server, name string) (int64, bool) {
 func TestSetReplicasJoinLeaveReplace(t *testing.T) {
 	a, b := newReplica(t), newReplica(t)
 	s, c := startServer(t, a)
-	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, _ := routetest.LoadQwen(t)
 	prompt := prose(20)
 	ids := tok.Encode(prompt, true)
 	body := `{"model":"qwen","prompt":` + strconv.Quote(prompt) + `,"max_tokens":4}`

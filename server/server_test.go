@@ -23,6 +23,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
+	"github.com/kvroute/kvroute/internal/routetest"
 	"github.com/kvroute/kvroute/internal/testdata"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/routing"
@@ -194,10 +195,7 @@ func prose(n int) string {
 func TestRoutesCompletionToReplicaHoldingItsBlocks(t *testing.T) {
 	a, b := newReplica(t), newReplica(t)
 	s, c := startServer(t, a, b)
-	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, _ := routetest.LoadQwen(t)
 	prompt := prose(20)
 	ids := tok.Encode(prompt, true)
 	b.storeBlocks(t, ids)
@@ -232,10 +230,7 @@ func TestRoutesCompletionToReplicaHoldingItsBlocks(t *testing.T) {
 func TestRouterKeysAtTheBlockSizeIngestLearned(t *testing.T) {
 	a, b := newReplica(t), newReplica(t)
 	_, c := startServerBS(t, 0, a, b)
-	tok, err := tokenize.Load(testdata.TokenizerDir(t, "qwen3"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, _ := routetest.LoadQwen(t)
 	prompt := prose(20)
 	body := `{"model":"qwen","prompt":` + strconv.Quote(prompt) + `,"max_tokens":4}`
 	res, err := fakeenvoy.Do(context.Background(), c, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true},
