@@ -60,8 +60,11 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-func TestServeStartsAndStopsWithTheExample(t *testing.T) {
-	dir := t.TempDir()
+// unreachableConfig writes a config of one pool whose only replica (two
+// data-parallel ranks) nobody serves, with listeners on free ports, and
+// returns its path.
+func unreachableConfig(t *testing.T) string {
+	t.Helper()
 	cfg := `
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 pools:
@@ -70,10 +73,15 @@ pools:
     replicas:
       - {name: a, address: 127.0.0.1:1, data_parallel_size: 2}
 `
-	path := filepath.Join(dir, "k.yaml")
+	path := filepath.Join(t.TempDir(), "k.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestServeStartsAndStopsWithTheExample(t *testing.T) {
+	path := unreachableConfig(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb bytes.Buffer
 	done := make(chan int)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,18 +33,7 @@ const sighupReady = "init github.com/kvroute/kvroute/cmd/kvroute/internal/sighup
 // A SIGHUP that arrives while kvroute starts is a reload request like any
 // other: the process keeps running, serves, and stops cleanly on SIGTERM.
 func TestSIGHUPDuringStartupDoesNotEndServe(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "k.yaml")
-	cfg := `
-listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
-pools:
-  - name: p
-    models: [m]
-    replicas:
-      - {name: a, address: 127.0.0.1:1, data_parallel_size: 2}
-`
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := unreachableConfig(t)
 	for attempt := range 3 {
 		cmd := exec.Command(os.Args[0], "serve", "--config", path)
 		cmd.Env = append(os.Environ(), execMainEnv+"=1", "GODEBUG=inittrace=1")
