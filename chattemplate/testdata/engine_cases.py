@@ -1,23 +1,8 @@
 """Regenerate ../engine_cases_test.go: hand-written semantics cases rendered by
 real Jinja2 3.1.6, configured as transformers configures chat templates.
 Run from this directory: python3 engine_cases.py && gofmt -w ../engine_cases_test.go"""
-import json, datetime, jinja2, jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.exceptions import TemplateError
-class AssistantTracker(jinja2.ext.Extension):
-    tags = {"generation"}
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_gen"), [], [], body).set_lineno(lineno)
-    def _gen(self, caller): return caller()
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, jinja2.ext.loopcontrols])
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-def raise_exception(m): raise TemplateError(m)
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
-env.globals["strftime_now"] = lambda f: datetime.datetime(2026,1,15,9,30,0).strftime(f)
+import json
+from hfjinja import env
 ctx = {"messages":[{"role":"system","content":"Sys"},{"role":"user","content":"Hi there"},{"role":"assistant","content":"<think>\nr\n</think>\n\nAnswer"}],
        "tools":[{"type":"function","function":{"name":"f","description":"d é \"q\"","parameters":{"z":1,"a":[1.5,True,None]}}}],
        "n": 7, "f": 2.5, "s": "Hello, World", "empty": [], "d": {"b": 2, "a": 1},

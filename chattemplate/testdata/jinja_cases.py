@@ -3,23 +3,8 @@ templates use, rendered by real Jinja2 (run with Jinja2 3.1.6:
 `python3 jinja_cases.py SEED COUNT`). Configured as transformers configures
 chat templates. Outputs that print object addresses or Markup reprs are
 dropped (they cannot be reproduced byte for byte)."""
-import copy, json, random, re, sys, datetime, jinja2, jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.exceptions import TemplateError
-class AssistantTracker(jinja2.ext.Extension):
-    tags = {"generation"}
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_gen"), [], [], body).set_lineno(lineno)
-    def _gen(self, caller): return caller()
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, jinja2.ext.loopcontrols])
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-def raise_exception(m): raise TemplateError(m)
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
-env.globals["strftime_now"] = lambda f: datetime.datetime(2026,1,15,9,30,0).strftime(f)
+import copy, json, random, re, sys, jinja2
+from hfjinja import env
 ctx = {"s": "Hello, World", "t": "  a b\tc \n", "n": 7, "m": -3, "f": 2.5, "g": 0.1, "b": True, "z": None,
        "l": ["b", "A", "c", "a"], "nums": [3, 1, 2], "e": [], "d": {"b": 2, "a": 1, "c": [1, {"x": "y"}]},
        "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<think>r</think>A", "tool_calls": [{"function": {"name": "f", "arguments": {"k": 1}}}]}]}
