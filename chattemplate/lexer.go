@@ -206,12 +206,19 @@ func (l *lexer) run() error {
 	return nil
 }
 
-// rawBegin matches `\s*raw\s*(-%}\s*|%})` at p and returns the end offset.
-func (l *lexer) rawBegin(p int) (int, bool) {
-	s := l.src
+// skipSpaces returns the offset of the first byte at or after p in s that
+// is not whitespace.
+func skipSpaces(s string, p int) int {
 	for p < len(s) && isSpaceByte(s[p]) {
 		p++
 	}
+	return p
+}
+
+// rawBegin matches `\s*raw\s*(-%}\s*|%})` at p and returns the end offset.
+func (l *lexer) rawBegin(p int) (int, bool) {
+	s := l.src
+	p = skipSpaces(s, p)
 	if !strings.HasPrefix(s[p:], "raw") {
 		return 0, false
 	}
@@ -219,16 +226,10 @@ func (l *lexer) rawBegin(p int) (int, bool) {
 	if p < len(s) && (isIdentByte(s[p])) {
 		return 0, false
 	}
-	for p < len(s) && isSpaceByte(s[p]) {
-		p++
-	}
+	p = skipSpaces(s, p)
 	switch {
 	case strings.HasPrefix(s[p:], "-%}"):
-		p += 3
-		for p < len(s) && isSpaceByte(s[p]) {
-			p++
-		}
-		return p, true
+		return skipSpaces(s, p+3), true
 	case strings.HasPrefix(s[p:], "%}"):
 		return p + 2, true
 	}
@@ -250,17 +251,13 @@ func (l *lexer) raw() error {
 			sign = s[q]
 			q++
 		}
-		for q < len(s) && isSpaceByte(s[q]) {
-			q++
-		}
+		q = skipSpaces(s, q)
 		if !strings.HasPrefix(s[q:], "endraw") {
 			p = j + 2
 			continue
 		}
 		q += len("endraw")
-		for q < len(s) && isSpaceByte(s[q]) {
-			q++
-		}
+		q = skipSpaces(s, q)
 		end, ok := l.blockEnd(q)
 		if !ok {
 			p = j + 2
@@ -281,11 +278,7 @@ func (l *lexer) blockEnd(p int) (int, bool) {
 	case strings.HasPrefix(s[p:], "+%}"):
 		return p + 3, true
 	case strings.HasPrefix(s[p:], "-%}"):
-		p += 3
-		for p < len(s) && isSpaceByte(s[p]) {
-			p++
-		}
-		return p, true
+		return skipSpaces(s, p+3), true
 	case strings.HasPrefix(s[p:], "%}"):
 		p += 2
 		if p < len(s) && s[p] == '\n' {
