@@ -61,14 +61,7 @@ func mustUnmarshal(t *testing.T, b []byte, v any) {
 	}
 }
 
-func mustHex(t *testing.T, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func mustHex(t *testing.T, s string) []byte { t.Helper(); return testdata.Unhex(t, s) }
 
 func loadHashVectors(t *testing.T) *testdata.BlockHashVectors {
 	return testdata.LoadBlockHashVectors(t)

@@ -162,14 +162,7 @@ func TestOffsetEndpointMatchesVLLM(t *testing.T) {
 	}
 }
 
-func mustHex(t *testing.T, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func mustHex(t *testing.T, s string) []byte { t.Helper(); return testdata.Unhex(t, s) }
 
 func framesHex(m zmq4.Msg) []string {
 	out := make([]string, len(m.Frames))
