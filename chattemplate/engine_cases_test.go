@@ -42,6 +42,7 @@ var engineCases = []struct{ src, out, err string }{
 	{"{% for i in 5 %}{% endfor %}", "", "TypeError"},
 	{"{{ undefined_var | tojson }}", "", "TypeError"},
 	{"{% raw %}{{ not rendered }}{% endraw %}|{{ '{' ~ '}' }}|{{ {'a': {'b': 1}} }}", "{{ not rendered }}|{}|{'a': {'b': 1}}", ""},
+	{"a {% raw -%}   x {{ y }} {%- endraw %} b|a {%- raw %} x {% endraw -%}  b|{% raw %}x{% endraw +%}y|{% raw -%}{%- endraw %}z", "a x {{ y }} b|a x b|xy|z", ""},
 	{"{{ 'x' * -1 }}|{{ [0] * 3 }}|{{ 'ab' in ['ab'] }}|{{ 5 > 3.5 }}|{{ 1 + true }}|{{ -n }}|{{ +f }}|{{ n // 2.0 }}|{{ 2 ** 0.5 }}", "|[0, 0, 0]|True|True|2|-7|2.5|3.0|1.4142135623730951", ""},
 	{"{% generation %}gen {{ n }}{% endgeneration %}", "gen 7", ""},
 	{"{{ namespace(a=1).a }}|{{ dict(a=1, b=2) }}|{{ range(3) | list }}|{{ range(1, 10, 3) | list }}|{{ messages | length > 2 }}", "1|{'a': 1, 'b': 2}|[0, 1, 2]|[1, 4, 7]|True", ""},

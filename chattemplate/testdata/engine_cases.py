@@ -52,6 +52,7 @@ tail
 {% for i in 5 %}{% endfor %}
 {{ undefined_var | tojson }}
 {% raw %}{{ not rendered }}{% endraw %}|{{ '{' ~ '}' }}|{{ {'a': {'b': 1}} }}
+a {% raw -%}   x {{ y }} {%- endraw %} b|a {%- raw %} x {% endraw -%}  b|{% raw %}x{% endraw +%}y|{% raw -%}{%- endraw %}z
 {{ d.items }}
 {{ 'x' * -1 }}|{{ [0] * 3 }}|{{ 'ab' in ['ab'] }}|{{ 5 > 3.5 }}|{{ 1 + true }}|{{ -n }}|{{ +f }}|{{ n // 2.0 }}|{{ 2 ** 0.5 }}
 {% generation %}gen {{ n }}{% endgeneration %}
