@@ -878,13 +878,15 @@ func TestParentHashZeroIsARootBlock(t *testing.T) {
 }
 
 // bindModeEngineAndForger starts ingest bound (bind mode) for one engine
-// "a" publishing under topic "engine-a" with a replay endpoint, dials that
-// engine in, and dials a stranger's publisher that can send frames under
-// any topic.
-func bindModeEngineAndForger(t *testing.T) (*harness, *vllmzmq.Publisher, zmq4.Socket) {
+// "a" publishing under topic "engine-a", with a replay endpoint when
+// withReplay, dials that engine in, and dials a stranger's publisher that
+// can send frames under any topic.
+func bindModeEngineAndForger(t *testing.T, withReplay bool) (*harness, *vllmzmq.Publisher, zmq4.Socket) {
 	t.Helper()
-	bind := freeEndpoint(t)
-	replay := freeEndpoint(t)
+	bind, replay := freeEndpoint(t), ""
+	if withReplay {
+		replay = freeEndpoint(t)
+	}
 	cfg := baseConfig(poolConfig("p", keysTokens, replicaSpec{name: "a", topic: "engine-a", replay: replay}))
 	cfg.Settings.Bind = bind
 	h := start(t, cfg)
@@ -904,16 +906,12 @@ func bindModeEngineAndForger(t *testing.T) (*harness, *vllmzmq.Publisher, zmq4.S
 	return h, engine, forger
 }
 
-// TestForgedSequenceJumpIsDroppedAndCounted: a peer that reaches the bound
-// socket and sends the engine's topic with seq 2^40 is not applied (the
-// engine's replay buffer does not have it) and does not make the engine's
-// next real batch look already applied.
-func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
-	st := steps(t)
-	h, engine, forger := bindModeEngineAndForger(t)
-	publish(t, engine, st[stepPrompt])
-	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
-
+// forgeJump has forger send the engine's topic with seq 2^40 (the LoRA
+// batch) until ingest drops it as a jump, then has the engine publish its
+// next batch (the decode step) and checks that batch is applied and the
+// forged one's blocks are not held.
+func forgeJump(t *testing.T, h *harness, engine *vllmzmq.Publisher, forger zmq4.Socket, st [][]byte) {
+	t.Helper()
 	waitFor(t, "the forged batch dropped", func() bool {
 		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 1<<40), st[stepLoRA]))
 		return h.counter(metricSeqJumps) >= 1
@@ -925,6 +923,19 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
 		t.Errorf("the forged batch's %d blocks are held", got)
 	}
+}
+
+// TestForgedSequenceJumpIsDroppedAndCounted: a peer that reaches the bound
+// socket and sends the engine's topic with seq 2^40 is not applied (the
+// engine's replay buffer does not have it) and does not make the engine's
+// next real batch look already applied.
+func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
+	st := steps(t)
+	h, engine, forger := bindModeEngineAndForger(t, true)
+	publish(t, engine, st[stepPrompt])
+	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
+
+	forgeJump(t, h, engine, forger, st)
 	if s := h.status("a"); s.LastSeq != 1 || s.Restarts != 0 {
 		t.Errorf("status %+v", s)
 	}
@@ -937,7 +948,7 @@ func TestForgedSequenceJumpIsDroppedAndCounted(t *testing.T) {
 // engine's next batch is applied as usual.
 func TestForgedBackwardsSeqInBindModeIsNoRestart(t *testing.T) {
 	st := steps(t)
-	h, engine, forger := bindModeEngineAndForger(t)
+	h, engine, forger := bindModeEngineAndForger(t, true)
 	publish(t, engine, st[stepPrompt], st[stepDecode])
 	keys := tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})
 	waitFor(t, "the engine's batches", func() bool { return h.held("p", "a", keys) == 3 })
@@ -1227,32 +1238,8 @@ func TestStartTimeFlippingIsRateLimited(t *testing.T) {
 // continues it; a lone forged seq 2^40 is dropped and counted.
 func TestUnconfirmedHugeJumpWithoutReplayIsDropped(t *testing.T) {
 	st := steps(t)
-	cfg, bind := boundConfig(t)
-	h := start(t, cfg)
-	var engine *vllmzmq.Publisher
-	waitFor(t, "the engine dials", func() bool {
-		var err error
-		engine, err = vllmzmq.DialPublisher(bind, "", "engine-a", 10)
-		return err == nil
-	})
-	t.Cleanup(func() { engine.Close() })
-	waitSubscribed(t, engine)
+	h, engine, forger := bindModeEngineAndForger(t, false)
 	publish(t, engine, st[stepPrompt])
 	waitFor(t, "the first batch", func() bool { return h.status("a").Batches == 1 })
-	forger := zmq4.NewPub(t.Context(), zmtpcap.Quiet)
-	t.Cleanup(func() { forger.Close() })
-	if err := forger.Dial(bind); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the forged batch dropped", func() bool {
-		_ = forger.Send(zmq4.NewMsgFrom([]byte("engine-a"), binary.BigEndian.AppendUint64(nil, 1<<40), st[stepLoRA]))
-		return h.counter(metricSeqJumps) >= 1
-	})
-	publish(t, engine, st[stepDecode])
-	waitFor(t, "the engine's next batch", func() bool {
-		return h.held("p", "a", tokenKeys(t, "p", promptTokens, blockhash.RequestKeys{})) == 3
-	})
-	if got := h.held("p", "a", tokenKeys(t, "p", promptTokens[:8], loraKeys)); got != 0 {
-		t.Errorf("the forged batch's %d blocks are held", got)
-	}
+	forgeJump(t, h, engine, forger, st)
 }
