@@ -164,48 +164,41 @@ func BenchmarkDecide_Chat100kCold(b *testing.B) { benchDecideCold(b, 100000) }
 // BenchmarkParseRequest_2kChat is the field scan of a 2k-token chat body
 // (the part of the decision before the chat template).
 func BenchmarkParseRequest_2kChat(b *testing.B) {
-	w := routetest.NewChatWorkload(2000)
-	body := w.Body(1)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	cpu0 := routetest.ProcessCPU()
-	for b.Loop() {
-		if _, err := ParseRequest("/v1/chat/completions", body, Limits{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	routetest.CPUPerOp(b, cpu0)
+	benchChatBody(b, func(body []byte) error {
+		_, err := ParseRequest("/v1/chat/completions", body, Limits{})
+		return err
+	})
 }
 
 // BenchmarkRenderChat_2k is the chat half of a 2k-token decision: the body
 // decoded for Qwen3's chat template and rendered.
 func BenchmarkRenderChat_2k(b *testing.B) {
 	_, ct := routetest.LoadQwen(b)
-	w := routetest.NewChatWorkload(2000)
-	body := w.Body(1)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	cpu0 := routetest.ProcessCPU()
 	var text []byte // reused, as the router reuses its buffers
-	for b.Loop() {
-		var err error
-		if text, err = (routetest.TemplateChat{CT: ct}).AppendChat(text[:0], body); err != nil {
-			b.Fatal(err)
-		}
-	}
-	routetest.CPUPerOp(b, cpu0)
+	benchChatBody(b, func(body []byte) (err error) {
+		text, err = (routetest.TemplateChat{CT: ct}).AppendChat(text[:0], body)
+		return err
+	})
 }
 
 // BenchmarkChatDecode_2k is the chat body decoded into template values
 // (chattemplate.ParseChatRequest), without rendering.
 func BenchmarkChatDecode_2k(b *testing.B) {
-	w := routetest.NewChatWorkload(2000)
-	body := w.Body(1)
+	benchChatBody(b, func(body []byte) error {
+		_, err := chattemplate.ParseChatRequest(body)
+		return err
+	})
+}
+
+// benchChatBody runs op on a 2k-token chat body each iteration and reports
+// bytes, allocations and CPU per op.
+func benchChatBody(b *testing.B, op func(body []byte) error) {
+	body := routetest.NewChatWorkload(2000).Body(1)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	cpu0 := routetest.ProcessCPU()
 	for b.Loop() {
-		if _, err := chattemplate.ParseChatRequest(body); err != nil {
+		if err := op(body); err != nil {
 			b.Fatal(err)
 		}
 	}
