@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"reflect"
 	"strings"
@@ -43,24 +44,49 @@ func Settings() []Setting {
 }
 
 func walkSettings(t reflect.Type, path string, out *[]Setting) {
-	for i := range t.NumField() {
+	for i, key := range keyedFields(t, path) {
 		f := t.Field(i)
-		name := yamlName(f)
-		if name == "" {
-			continue
-		}
-		key := join(path, name)
-		ft := f.Type
-		switch {
-		case ft.Kind() == reflect.Struct && ft != durationType:
-			walkSettings(ft, key, out)
-		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
-			walkSettings(ft.Elem(), key+"[]", out)
+		switch nestingOf(f.Type) {
+		case nestSection:
+			walkSettings(f.Type, key, out)
+		case nestList:
+			walkSettings(f.Type.Elem(), key+"[]", out)
 		default:
 			*out = append(*out, Setting{Key: key, Default: f.Tag.Get("default"), Check: f.Tag.Get("check"),
-				Live: f.Tag.Get("reload") == "live", Type: ft})
+				Live: f.Tag.Get("reload") == "live", Type: f.Type})
 		}
 	}
+}
+
+// keyedFields yields the index and key path (under path) of each field of
+// the struct type t that the config file names.
+func keyedFields(t reflect.Type, path string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		for i := range t.NumField() {
+			if name := yamlName(t.Field(i)); name != "" && !yield(i, join(path, name)) {
+				return
+			}
+		}
+	}
+}
+
+// nesting is how a field's type holds settings.
+type nesting uint8
+
+const (
+	nestLeaf    nesting = iota // one setting
+	nestSection                // a struct of settings (a Duration is a leaf)
+	nestList                   // a list of structs of settings
+)
+
+func nestingOf(t reflect.Type) nesting {
+	switch {
+	case t.Kind() == reflect.Struct && t != durationType:
+		return nestSection
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		return nestList
+	}
+	return nestLeaf
 }
 
 func yamlName(f reflect.StructField) string {
@@ -157,23 +183,19 @@ func scalarNode(s string) *yaml.Node {
 // within it, lists included; path is v's key path.
 func (vd *validator) checkFields(v reflect.Value, path string) {
 	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name := yamlName(f)
-		if name == "" {
-			continue
-		}
-		key := join(path, name)
-		fv := v.Field(i)
-		switch {
-		case fv.Kind() == reflect.Struct && fv.Type() != durationType:
+	for i, key := range keyedFields(t, path) {
+		f, fv := t.Field(i), v.Field(i)
+		switch nestingOf(f.Type) {
+		case nestSection:
 			vd.checkFields(fv, key)
-		case fv.Kind() == reflect.Slice && fv.Type().Elem().Kind() == reflect.Struct:
+		case nestList:
 			for j := range fv.Len() {
 				vd.checkFields(fv.Index(j), fmt.Sprintf("%s[%d]", key, j))
 			}
-		case f.Tag.Get("check") != "":
-			vd.check(key, f.Tag.Get("check"), fv)
+		default:
+			if check := f.Tag.Get("check"); check != "" {
+				vd.check(key, check, fv)
+			}
 		}
 	}
 }
