@@ -65,6 +65,12 @@ type splitPre struct {
 	invert   bool
 }
 
+// splitPart is a range of the text split, a match or the text between.
+type splitPart struct {
+	start, end int
+	match      bool
+}
+
 // splitPieces applies a behavior to the matches of p; the text between
 // matches forms pieces of its own. Empty pieces are dropped, as the
 // tokenizers library drops them. Semantics: tokenizers normalizer.rs
@@ -72,23 +78,19 @@ type splitPre struct {
 func splitPieces(dst []piece, p piece, matches []span, behavior splitBehavior, invert bool) []piece {
 	s := p.s
 	// Walk (range, isMatch) pairs in order, including gaps.
-	type part struct {
-		start, end int
-		match      bool
-	}
-	var parts []part
-	var buf [64]part
+	var parts []splitPart
+	var buf [64]splitPart
 	parts = buf[:0]
 	prev := 0
 	for _, m := range matches {
 		if m.start > prev {
-			parts = append(parts, part{prev, m.start, invert})
+			parts = append(parts, splitPart{prev, m.start, invert})
 		}
-		parts = append(parts, part{m.start, m.end, !invert})
+		parts = append(parts, splitPart{m.start, m.end, !invert})
 		prev = m.end
 	}
 	if prev < len(s) {
-		parts = append(parts, part{prev, len(s), invert})
+		parts = append(parts, splitPart{prev, len(s), invert})
 	}
 	emit := func(start, end int) {
 		if end > start {
@@ -107,21 +109,11 @@ func splitPieces(dst []piece, p piece, matches []span, behavior splitBehavior, i
 			emit(x.start, x.end)
 		}
 	case behaviorMergedWithPrevious:
-		var out []part
-		prevMatch := false
-		for _, x := range parts {
-			if x.match && !prevMatch && len(out) > 0 {
-				out[len(out)-1].end = x.end
-			} else {
-				out = append(out, x)
-			}
-			prevMatch = x.match
-		}
-		for _, x := range out {
+		for _, x := range mergeForward(parts, false) {
 			emit(x.start, x.end)
 		}
 	case behaviorMergedWithNext:
-		var out []part
+		var out []splitPart
 		prevMatch := false
 		for i := len(parts) - 1; i >= 0; i-- {
 			x := parts[i]
@@ -136,21 +128,33 @@ func splitPieces(dst []piece, p piece, matches []span, behavior splitBehavior, i
 			emit(out[i].start, out[i].end)
 		}
 	case behaviorContiguous:
-		var out []part
-		prevMatch := false
-		for _, x := range parts {
-			if x.match == prevMatch && len(out) > 0 {
-				out[len(out)-1].end = x.end
-			} else {
-				out = append(out, x)
-			}
-			prevMatch = x.match
-		}
-		for _, x := range out {
+		for _, x := range mergeForward(parts, true) {
 			emit(x.start, x.end)
 		}
 	}
 	return dst
+}
+
+// mergeForward joins parts into the part before them: with contiguous,
+// each part whose match equals the previous part's (runs of matches and of
+// non-matches); otherwise each match that follows a non-match
+// (MergedWithPrevious).
+func mergeForward(parts []splitPart, contiguous bool) []splitPart {
+	var out []splitPart
+	prevMatch := false
+	for _, x := range parts {
+		joins := x.match && !prevMatch
+		if contiguous {
+			joins = x.match == prevMatch
+		}
+		if joins && len(out) > 0 {
+			out[len(out)-1].end = x.end
+		} else {
+			out = append(out, x)
+		}
+		prevMatch = x.match
+	}
+	return out
 }
 
 func (sp *splitPre) split(dst []piece, p piece, st *scratch) []piece {
