@@ -43,8 +43,9 @@ func (k *kvPicker) groundTruth(engines []*vllmemu.Virtual) {
 }
 
 // decided records the truth of a routed decision: the cached prefix the
-// best engine really held beyond the chosen one's, and the hit the
-// decision predicted (as vLLM counts hits), for admitted.
+// best engine really held beyond the chosen one's (or beyond the chosen
+// one's predicted hit, when that is longer), and the hit the decision
+// predicted (as vLLM counts hits), for admitted.
 func (k *kvPicker) decided(id int, d *routing.Decision, chosen int, tokens []int) {
 	sf := k.funnel
 	if sf.engines == nil || len(d.Keys) == 0 {
@@ -58,11 +59,15 @@ func (k *kvPicker) decided(id int, d *routing.Decision, chosen int, tokens []int
 			mine = n
 		}
 	}
-	sf.truth[truthGivenUp] += int64((best - mine) * k.blockSize)
 	pred := min(d.MatchedTokens, len(tokens))
 	if capped := (len(tokens) - 1) / k.blockSize * k.blockSize; pred > capped {
 		pred = capped
 	}
+	// The chosen engine's share is what it held or what the decision
+	// predicted it would hit, whichever is more: a predicted block it did
+	// not hold yet (a request in flight there was computing it) is not
+	// given up; if the engine misses it at admission, it is stale.
+	sf.truth[truthGivenUp] += int64(max(best-max(mine, pred/k.blockSize), 0) * k.blockSize)
 	sf.predicted[id] = pred
 }
 
