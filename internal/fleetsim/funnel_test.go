@@ -47,6 +47,17 @@ func TestFunnelAgreesWithGroundTruth(t *testing.T) {
 		if silent && truth[truthStale] == 0 {
 			t.Errorf("engines evicting without events left no stale tokens to find")
 		}
+		// The server's cached_tokens check, run on the simulated engines'
+		// counters, judges windows and never flags honest engines. (The
+		// silent ones miss about 7 % of the predicted hits here, inside
+		// the check's 10 % tolerance: not flagged either.)
+		t.Logf("evict without events %v: parity %+v", silent, r.Parity)
+		switch p := r.Parity; {
+		case p == nil || p.WindowsJudged == 0:
+			t.Errorf("silent %v: the cached_tokens check judged no window (%+v)", silent, p)
+		case !silent && p.Flags != 0:
+			t.Errorf("honest engines flagged %d times in %d windows", p.Flags, p.WindowsJudged)
+		}
 	}
 }
 
@@ -80,6 +91,33 @@ func TestFunnelAgreesWithGroundTruthUnderHeavyLoad(t *testing.T) {
 		}
 		if d := max(got-want, want-got); d*tolerance > want {
 			t.Errorf("%s %d, ground truth %d (%.1f %% off, over %.0f %%)", o, got, want, 100*float64(d)/float64(want), 100/float64(tolerance))
+		}
+	}
+}
+
+// TestSimulatorParityLoopFlagsSilentEvictions: the server's cached_tokens
+// check, run by the simulated kvroute on its engines' counters, flags
+// engines that evict without events once its windows are short and its
+// tolerance tight enough to see their 7 % of missed hits on the small trace
+// (5 s, 2 %), and never honest ones.
+func TestSimulatorParityLoopFlagsSilentEvictions(t *testing.T) {
+	src := smallTrace(t)
+	for _, silent := range []bool{false, true} {
+		o := smallOptions()
+		o.EvictWithoutEvents = silent
+		o.ParityYAML = "{cached_tokens_window: 5s, cached_tokens_tolerance: 0.02}"
+		r, err := Run(src, PolicyKVRoute, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("evict without events %v: parity %+v", silent, r.Parity)
+		switch p := r.Parity; {
+		case p == nil || p.WindowsJudged < 8:
+			t.Errorf("silent %v: the check judged too few windows (%+v)", silent, p)
+		case silent && p.Flags == 0:
+			t.Errorf("engines evicting without events not flagged in %d windows", p.WindowsJudged)
+		case !silent && p.Flags != 0:
+			t.Errorf("honest engines flagged %d times in %d windows", p.Flags, p.WindowsJudged)
 		}
 	}
 }
