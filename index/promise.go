@@ -6,10 +6,11 @@ import (
 )
 
 // Bounds of one replica's promises (Index.Promise). MaxPromisedBlocks is
-// the distinct block keys its routed requests in flight may contain and
-// MaxPromiseFlights those requests: at about 24 bytes a key and 80 a
-// request in Go maps, some 2 MB a replica at most, the removed set (12
-// bytes a key) no larger than the keys. A request that would pass either is not tracked
+// the distinct block keys its routed requests in flight may have been
+// promised and MaxPromiseFlights those requests: at about 24 bytes a key
+// and 80 a request in Go maps, some 2 MB a replica at most, the removed set
+// (12 bytes a key) no larger than the keys; a request's keys are its
+// decision's, not copied. A request that would pass either is not tracked
 // (Promise returns 0): a block it was promised that the engine evicts and
 // computes again is then not counted, and one it computes first may count
 // for a request that was promised it.
@@ -33,11 +34,11 @@ type promises struct {
 	mu      sync.Mutex
 	next    PromiseTicket
 	flights map[PromiseTicket]flight
-	keys    map[BlockKey]promisedKey // every key of a flight
-	removed map[BlockKey]int32       // promised keys the engine removed since → their block position
-	// promisedKeys and removedKeys count the keys promised to some flight
-	// and len(removed), read without the lock so that Remove and Store skip
-	// the lock when there is nothing to look at.
+	keys    map[BlockKey]promisedKey // the keys promised to some flight
+	removed map[BlockKey]int32       // of those, the ones the engine removed since → their block position
+	// promisedKeys and removedKeys are len(keys) and len(removed), read
+	// without the lock so that Remove and Store skip the lock when there is
+	// nothing to look at.
 	promisedKeys, removedKeys atomic.Int64
 }
 
@@ -49,10 +50,10 @@ type flight struct {
 }
 
 // promisedKey is a key's position in its prompt (a chained key sits at one
-// position in every prompt that has it), how many flights contain it and
-// how many were promised it.
+// position in every prompt that has it) and how many flights were promised
+// it.
 type promisedKey struct {
-	pos, flights, promised int32
+	pos, promised int32
 }
 
 // Promise records a request routed to r with block keys, of which the first
@@ -68,7 +69,7 @@ func (ix *Index) Promise(r Replica, keys []BlockKey, matched int) PromiseTicket 
 	ps := &rs.promised
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if len(ps.keys)+len(keys) > MaxPromisedBlocks || len(ps.flights) >= MaxPromiseFlights {
+	if len(ps.keys)+matched > MaxPromisedBlocks || len(ps.flights) >= MaxPromiseFlights {
 		return 0
 	}
 	if ps.flights == nil {
@@ -76,20 +77,13 @@ func (ix *Index) Promise(r Replica, keys []BlockKey, matched int) PromiseTicket 
 	}
 	ps.next++
 	ps.flights[ps.next] = flight{keys: keys, matched: matched}
-	var promised int64
-	for i, k := range keys {
+	for i, k := range keys[:matched] {
 		pk := ps.keys[k]
 		pk.pos = int32(i)
-		pk.flights++
-		if i < matched {
-			if pk.promised == 0 {
-				promised++
-			}
-			pk.promised++
-		}
+		pk.promised++
 		ps.keys[k] = pk
 	}
-	ps.promisedKeys.Add(promised)
+	ps.promisedKeys.Store(int64(len(ps.keys)))
 	return ps.next
 }
 
@@ -107,26 +101,19 @@ func (ix *Index) Unpromise(r Replica, t PromiseTicket) {
 		return
 	}
 	delete(ps.flights, t)
-	var unpromised int64
-	for i, k := range f.keys {
+	for _, k := range f.keys[:f.matched] {
 		pk, ok := ps.keys[k]
 		if !ok {
 			continue
 		}
-		pk.flights--
-		if i < f.matched {
-			if pk.promised--; pk.promised == 0 {
-				unpromised++
-				delete(ps.removed, k)
-			}
-		}
-		if pk.flights <= 0 {
-			delete(ps.keys, k)
-		} else {
+		if pk.promised--; pk.promised > 0 {
 			ps.keys[k] = pk
+			continue
 		}
+		delete(ps.keys, k)
+		delete(ps.removed, k)
 	}
-	ps.promisedKeys.Add(-unpromised)
+	ps.promisedKeys.Store(int64(len(ps.keys)))
 	ps.removedKeys.Store(int64(len(ps.removed)))
 }
 
@@ -155,9 +142,7 @@ func (ps *promises) removedAll() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for k, pk := range ps.keys {
-		if pk.promised > 0 {
-			ps.removed[k] = pk.pos
-		}
+		ps.removed[k] = pk.pos
 	}
 	ps.removedKeys.Store(int64(len(ps.removed)))
 }

@@ -58,7 +58,7 @@ func TestStoreCountsPromisedBlocksComputedAgain(t *testing.T) {
 		t.Errorf("no request in flight: %d stored again, want 0", n)
 	}
 	ps := &f.ix.replicaState(a).promised
-	if len(ps.flights) != 0 || len(ps.keys) != 0 || len(ps.removed) != 0 || ps.promisedKeys.Load() != 0 {
+	if len(ps.flights) != 0 || len(ps.keys) != 0 || len(ps.removed) != 0 || ps.promisedKeys.Load() != 0 || ps.removedKeys.Load() != 0 {
 		t.Errorf("after every promise ended: %d flights, %d keys, %d removed, %d promised left",
 			len(ps.flights), len(ps.keys), len(ps.removed), ps.promisedKeys.Load())
 	}
@@ -69,8 +69,8 @@ func TestStoreCountsPromisedBlocksComputedAgain(t *testing.T) {
 func TestPromisesStayBounded(t *testing.T) {
 	f := newFixture(t, 1, Options{})
 	a := f.r[0]
-	if tk := f.ix.Promise(a, keys(0, MaxPromisedBlocks+1), 1); tk != 0 {
-		t.Errorf("a request of %d keys was tracked", MaxPromisedBlocks+1)
+	if tk := f.ix.Promise(a, keys(0, MaxPromisedBlocks+1), MaxPromisedBlocks+1); tk != 0 {
+		t.Errorf("a request promised %d keys was tracked", MaxPromisedBlocks+1)
 	}
 	one := keys(0, 1)
 	for i := range MaxPromiseFlights {
