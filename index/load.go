@@ -53,6 +53,8 @@ type replicaState struct {
 	meanTokens     float64 // learned uncached prompt tokens per request; 0 until learned
 	work           prefillQueue
 	recentTokens   recentCount // uncached tokens of requests begun here, decayed
+
+	promised promises // blocks in-flight routed requests were predicted to hit (Promise)
 }
 
 // RecentTokensTau is the time constant of ReplicaState.RecentTokens: tokens

@@ -141,10 +141,12 @@ func (p *pool) live(r Replica) *replicaState {
 }
 
 // Store records that r holds keys in tier and refreshes their freshness.
-// Storing what is already stored only refreshes it. It returns how many of
-// keys r already held in the GPU tier when tier is the GPU: blocks the
-// engine computed again although the index said it held them (the
-// prompt-token funnel's stale outcome).
+// Storing what is already stored only refreshes it. When tier is the GPU it
+// returns how many of keys the engine computed again although kvroute
+// predicted them cached (the prompt-token funnel's stale outcome): those r
+// already held in the GPU tier (evicted without an event), and those a
+// request routed to r in flight was promised (Promise) that the engine
+// removed since.
 func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) (restored int) {
 	p, rs := ix.liveReplica(r)
 	if rs == nil || len(keys) == 0 {
@@ -175,6 +177,9 @@ func (ix *Index) Store(r Replica, keys []BlockKey, tier Tier) (restored int) {
 	total := ix.commitStore(p, rs, &added, &newBlocks)
 	p.m.stores.Add(float64(len(keys)))
 	ix.checkCap(total)
+	if tier == TierGPU {
+		restored += rs.promised.storedAgain(keys)
+	}
 	return restored
 }
 
@@ -253,6 +258,9 @@ func (ix *Index) Remove(r Replica, keys []BlockKey, tier Tier) {
 		specDropped += sd
 		lostBlocks += lost
 	}
+	if tier == TierGPU {
+		rs.promised.removedPromised(keys)
+	}
 	rs.blocks.Add(-lostBlocks)
 	p.entries.Add(-dropped)
 	p.specs.Add(-specDropped)
@@ -325,9 +333,14 @@ func (s *shard) removeBlock(k BlockKey, bit uint64, tier Tier) (dropped, specDro
 // AllBlocksCleared event). It walks the whole pool, so it is for rare events.
 func (ix *Index) Clear(r Replica) {
 	p := ix.pool(r.Pool)
-	if p == nil || p.live(r) == nil {
+	if p == nil {
 		return
 	}
+	rs := p.live(r)
+	if rs == nil {
+		return
+	}
+	rs.promised.removedAll()
 	ix.clearBit(p, r.ID)
 }
 

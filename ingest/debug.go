@@ -42,9 +42,10 @@ type rankStatus struct {
 	// the last one ("" before the first).
 	SelfChecks    int64
 	LastSelfCheck string
-	// BlocksStoredAgain counts GPU blocks the engine stored while the index
-	// already held them for this rank: it computed them again, so the index
-	// was stale (an eviction it never heard of).
+	// BlocksStoredAgain counts GPU blocks the engine computed again that
+	// kvroute had predicted cached (index.Store's restored): held by the
+	// index for this rank (an eviction it never heard of), or removed while
+	// a request predicted to hit them was in flight and computed for it.
 	BlocksStoredAgain int64
 	// EngineCached is the engine's cached prompt tokens counter, read from
 	// EngineCachedMetric by a scrape that began at EngineCachedAt: the value
@@ -124,8 +125,8 @@ type ReplicaStatus struct {
 	EngineHashAlgorithm string `json:"engine_hash_algorithm"`
 	SelfChecks          int64  `json:"self_checks"`
 	LastSelfCheck       string `json:"last_self_check,omitempty"`
-	// BlocksStoredAgain: GPU blocks the engine stored while the index held
-	// them for this rank (computed again: the index was stale).
+	// BlocksStoredAgain: GPU blocks the engine computed again that kvroute
+	// had predicted cached on this rank (the funnel's stale, in blocks).
 	BlocksStoredAgain int64 `json:"blocks_stored_again"`
 	// EngineCachedTokens is the engine's cached prompt tokens counter
 	// (EngineCachedMetric: vllm:prompt_tokens_cached_total, else

@@ -153,7 +153,7 @@ func (r *Router) BeginBlocks(d *Decision) {
 
 // End releases what Begin recorded.
 func (r *Router) End(d *Decision) {
-	endFunnel(d)
+	r.endFunnel(d)
 	if d.Endpoint != nil {
 		r.ix.EndWork(d.Endpoint.Replica, d.ticket)
 		if s := r.share(); s != nil {

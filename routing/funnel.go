@@ -17,7 +17,11 @@ import (
 //     and given_up_for_load, so these three add up to the prompt tokens
 //     routed;
 //   - learned from the engine afterwards: stale is the part of
-//     cached_predicted the engine computed again, cached_unpredicted the
+//     cached_predicted the engine computed again (index.Store's restored:
+//     blocks it stored while the index held them, or that it removed and
+//     computed again for a request in flight that was predicted to hit
+//     them),
+//     cached_unpredicted the
 //     part of new and given_up_for_load it served from its cache. They are
 //     not added to the sum: they re-label tokens already counted.
 const (
@@ -30,7 +34,9 @@ const (
 	// cost (its load) sent the request elsewhere.
 	TokensGivenUpForLoad = "given_up_for_load"
 	// TokensStale: of cached_predicted, the engine stored them again while
-	// the index said the replica held them (it had evicted them unseen).
+	// the index said the replica held them (it had evicted them unseen), or
+	// removed them and computed them again for a request in flight that was
+	// predicted to hit them.
 	TokensStale = "stale"
 	// TokensCachedUnpredicted: of new and given_up_for_load, the engine
 	// counted them as prefix-cache hits.
@@ -263,11 +269,18 @@ func (r *Router) countFunnel(d *Decision) {
 		rf.engineCached.Add(int64(engine))
 	}
 	d.funnelRank, d.funnelCached, d.funnelGen = rf, engine, rf.window.Load()>>(64-windowGenBits)
+	// The request and the blocks predicted cached, so that the engine
+	// removing one and computing it again for this request counts stale.
+	d.promise = r.ix.Promise(d.Endpoint.Replica, d.Keys, d.matchedBlocks)
 }
 
-// endFunnel adds an ended request's predicted cached tokens to its rank's
-// check window when the window it began in is still open.
-func endFunnel(d *Decision) {
+// endFunnel ends a request's promise and adds its predicted cached tokens
+// to its rank's check window when the window it began in is still open.
+func (r *Router) endFunnel(d *Decision) {
+	if d.promise != 0 {
+		r.ix.Unpromise(d.Endpoint.Replica, d.promise)
+		d.promise = 0
+	}
 	rf := d.funnelRank
 	if rf == nil || d.funnelCached <= 0 {
 		return

@@ -299,6 +299,9 @@ type Decision struct {
 	funnelRank   *rankFunnel
 	funnelCached int
 	funnelGen    uint64
+	// promise is the request's place among its replica's promises
+	// (index.Promise) until End; 0 when untracked.
+	promise index.PromiseTicket
 }
 
 // Rejection is what to answer for a decision without an endpoint: its HTTP

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/routing"
 )
@@ -23,21 +24,10 @@ type engineTrack struct {
 	// tokens.
 	storedAgain int64
 
-	// The check's window: open since start, when the engine's counter read
-	// engine0 (by a scrape that ended before start). closing: it ended at
-	// closedAt with predicted tokens; judged at the first scrape begun
-	// after closedAt. engineAtClose opens the next window.
-	open, closing bool
-	start         time.Time
-	engine0       float64
-	closedAt      time.Time
-	engineAtClose float64
-	predicted     int64
-	short         int
-	// The rank's cached_tokens state and evidence; judged when a window
-	// was judged in this poll.
-	state, evidence string
-	judged          bool
+	// check is the rank's cached_tokens check; judged when it judged a
+	// window in this poll.
+	check  CachedTokensCheck
+	judged bool
 
 	// cached_unpredicted: since the base, the engine's cached tokens minus
 	// what kvroute predicted (less what turned out stale); counted is what
@@ -74,7 +64,7 @@ func (p *parity) engineSide(statuses []ingest.ReplicaStatus) {
 			p.engine[k] = t
 		}
 		restarted := st.Restarts != t.restarts || st.BlocksStoredAgain < t.storedAgain
-		if st.EngineCachedTokens != nil && t.open && *st.EngineCachedTokens < t.engine0 {
+		if st.EngineCachedTokens != nil && t.check.open && *st.EngineCachedTokens < t.check.engine0 {
 			restarted = true // the counter went back: a new engine process
 		}
 		if restarted {
@@ -90,12 +80,12 @@ func (p *parity) engineSide(statuses []ingest.ReplicaStatus) {
 		}
 		t.storedAgain = st.BlocksStoredAgain
 		if st.EngineCachedTokens == nil {
-			t.state, t.evidence = parityUnknown, "the engine exports neither vllm:prompt_tokens_cached_total nor vllm:prefix_cache_hits_total yet"
+			t.check.State, t.check.Evidence = parityUnknown, "the engine exports neither vllm:prompt_tokens_cached_total nor vllm:prefix_cache_hits_total yet"
 			continue
 		}
 		p.unpredicted(f, st, t)
 		if p.cfg.CachedTokensWindow > 0 {
-			p.cachedTokens(f, k, st, t)
+			t.judged = t.check.Observe(p.cfg, f, k.pool, k.replica, p.s.ix.Now(), *st.EngineCachedTokens, *st.EngineCachedAt, st.EngineCachedMetric)
 		}
 	}
 	for k := range p.engine {
@@ -119,19 +109,19 @@ func combineRanks(ts []*engineTrack, names []string) (state, evidence string, ju
 	state = parityUnknown
 	for _, t := range ts {
 		switch {
-		case t.state == parityMismatch:
+		case t.check.State == parityMismatch:
 			state = parityMismatch
-		case t.state == parityMatch && state == parityUnknown:
+		case t.check.State == parityMatch && state == parityUnknown:
 			state = parityMatch
 		}
 		judged = judged || t.judged
 	}
 	var parts []string
 	for i, t := range ts {
-		if t.state != state && !(state == parityUnknown && t.state == "") {
+		if t.check.State != state && !(state == parityUnknown && t.check.State == "") {
 			continue
 		}
-		ev := t.evidence
+		ev := t.check.Evidence
 		if len(ts) > 1 {
 			ev = names[i] + ": " + ev
 		}
@@ -200,52 +190,78 @@ func (p *parity) inFlight(pool, rank string) int64 {
 	return -1
 }
 
-// cachedTokens runs the rank's cached_tokens window: it compares the cached
-// tokens predicted for the requests that began and ended within a window
-// with the engine counter's rise over at least that window. Every such
+// CachedTokensCheck is one replica rank's cached_tokens check: it compares
+// the cached tokens kvroute predicted for the requests that began and ended
+// within a window (routing.Funnel.NextWindow) with the rise of the engine's
+// cached prompt tokens counter over at least that window. Every such
 // request's prefill lies inside the window, so a correct index never falls
-// short; requests from before the window, of other routers or of mesh
-// peers only add to the engine's side.
-func (p *parity) cachedTokens(f *routing.Funnel, k parityKey, st *ingest.ReplicaStatus, t *engineTrack) {
-	now := p.s.ix.Now()
-	e, at := *st.EngineCachedTokens, *st.EngineCachedAt
+// short; requests from before the window, of other routers or of mesh peers
+// only add to the engine's side. The server's parity poll runs one per rank
+// and the simulator the same, on its engines' counters. The zero value is a
+// check that has seen nothing.
+type CachedTokensCheck struct {
+	// State (match, mismatch or unknown; "" before the first reading) and
+	// Evidence say the last verdict.
+	State, Evidence string
+	// The window: open since start, when the engine's counter read engine0
+	// (by a scrape that ended before start). closing: it ended at closedAt
+	// with predicted tokens; judged at the first scrape begun after
+	// closedAt. engineAtClose opens the next window.
+	open, closing bool
+	start         time.Time
+	engine0       float64
+	closedAt      time.Time
+	engineAtClose float64
+	predicted     int64
+	short         int
+}
+
+// Mismatch reports whether the check's state is mismatch.
+func (c *CachedTokensCheck) Mismatch() bool { return c.State == parityMismatch }
+
+// Observe feeds the check one reading of the rank's engine counter: engine,
+// read by a scrape that began at engineAt, named metric; now is the
+// router's clock. It reports whether it judged a window.
+func (c *CachedTokensCheck) Observe(cfg config.Parity, f *routing.Funnel, pool, rank string, now time.Time, engine float64, engineAt time.Time, metric string) (judged bool) {
 	switch {
-	case !t.open:
-		f.NextWindow(k.pool, k.replica)
-		t.open, t.start, t.engine0 = true, now, e
-		if t.state == "" || t.state == parityUnknown {
-			t.state, t.evidence = parityUnknown, fmt.Sprintf("no window judged yet: one is judged after %s with at least %d predicted cached tokens", p.cfg.CachedTokensWindow, p.cfg.CachedTokensMinTokens)
+	case !c.open:
+		f.NextWindow(pool, rank)
+		c.open, c.start, c.engine0 = true, now, engine
+		if c.State == "" || c.State == parityUnknown {
+			c.State, c.Evidence = parityUnknown, fmt.Sprintf("no window judged yet: one is judged after %s with at least %d predicted cached tokens", cfg.CachedTokensWindow, cfg.CachedTokensMinTokens)
 		}
-	case t.closing:
-		if !at.After(t.closedAt) {
-			return // no scrape begun after the window ended yet
+	case c.closing:
+		if !engineAt.After(c.closedAt) {
+			return false // no scrape begun after the window ended yet
 		}
-		p.judge(st, t, e-t.engine0)
-		t.closing, t.start, t.engine0 = false, t.closedAt, t.engineAtClose
-	case now.Sub(t.start) >= p.cfg.CachedTokensWindow.Std():
-		t.predicted = f.NextWindow(k.pool, k.replica)
-		t.closing, t.closedAt, t.engineAtClose = true, now, e
+		judged = c.judge(cfg, metric, engine-c.engine0)
+		c.closing, c.start, c.engine0 = false, c.closedAt, c.engineAtClose
+	case now.Sub(c.start) >= cfg.CachedTokensWindow.Std():
+		c.predicted = f.NextWindow(pool, rank)
+		c.closing, c.closedAt, c.engineAtClose = true, now, engine
 	}
+	return judged
 }
 
 // judge sets the check from one window: predicted cached tokens against the
-// engine counter's rise.
-func (p *parity) judge(st *ingest.ReplicaStatus, t *engineTrack, rose float64) {
-	tol := p.cfg.CachedTokensTolerance
-	if t.predicted < int64(p.cfg.CachedTokensMinTokens) {
-		return // too few predicted hits to judge: the state stays
+// engine counter's rise. It reports false when the window had too few
+// predicted hits to judge (the state stays).
+func (c *CachedTokensCheck) judge(cfg config.Parity, metric string, rose float64) bool {
+	tol := cfg.CachedTokensTolerance
+	if c.predicted < int64(cfg.CachedTokensMinTokens) {
+		return false
 	}
 	ev := fmt.Sprintf("window of %s: kvroute predicted %d cached prompt tokens for the requests it routed here that began and ended in it; the engine's %s rose by %.0f (tolerance %.0f%%)",
-		t.closedAt.Sub(t.start).Round(time.Second), t.predicted, st.EngineCachedMetric, rose, 100*tol)
-	t.judged = true
-	if rose >= float64(t.predicted)*(1-tol) {
-		t.short, t.state, t.evidence = 0, parityMatch, ev
-		return
+		c.closedAt.Sub(c.start).Round(time.Second), c.predicted, metric, rose, 100*tol)
+	if rose >= float64(c.predicted)*(1-tol) {
+		c.short, c.State, c.Evidence = 0, parityMatch, ev
+		return true
 	}
-	t.short++
-	if t.short < cachedTokensShortToFlag {
-		t.evidence = ev + fmt.Sprintf("; short, %d more short window(s) in a row flag it", cachedTokensShortToFlag-t.short)
-		return
+	c.short++
+	if c.short < cachedTokensShortToFlag {
+		c.Evidence = ev + fmt.Sprintf("; short, %d more short window(s) in a row flag it", cachedTokensShortToFlag-c.short)
+		return true
 	}
-	t.state, t.evidence = parityMismatch, ev+fmt.Sprintf("; short %d windows in a row", t.short)
+	c.State, c.Evidence = parityMismatch, ev+fmt.Sprintf("; short %d windows in a row", c.short)
+	return true
 }

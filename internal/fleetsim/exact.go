@@ -29,7 +29,7 @@ type exactIndex struct {
 }
 
 func newExactIndex(engines int, o Options) (*exactIndex, *config.Config, error) {
-	cfg, err := config.Parse([]byte(kvrouteYAML(engines, o.BlockSize, o.RoutingYAML, o.IndexTTL)))
+	cfg, err := config.Parse([]byte(kvrouteYAML(engines, o.BlockSize, o.RoutingYAML, o.ParityYAML, o.IndexTTL)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("kvroute config: %w", err)
 	}

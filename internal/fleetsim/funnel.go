@@ -3,8 +3,10 @@ package fleetsim
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/vllmemu"
 	"github.com/kvroute/kvroute/routing"
+	"github.com/kvroute/kvroute/server"
 )
 
 // Ground-truth keys of Result.FunnelTruth: what the simulator, which sees
@@ -17,8 +19,13 @@ const (
 // simFunnel is a kvroute instance's prompt-token funnel as the server keeps
 // it: routing's counts per decision, stale from the blocks its engines
 // stored again (ingest), cached_unpredicted from their cached prompt tokens
-// counters at each scrape; and, with Options.GroundTruth, the truth.
+// counters at each scrape; and, with Options.GroundTruth, the truth. Its
+// parity loop runs the server's cached_tokens check on every engine at
+// each scrape, with the config's parity settings.
 type simFunnel struct {
+	parityCfg config.Parity
+	checks    []server.CachedTokensCheck // per engine
+	parity    ParityResult
 	f         *routing.Funnel
 	engines   []*vllmemu.Virtual
 	stored    []int64 // per engine: BlocksStoredAgain already counted
@@ -28,9 +35,10 @@ type simFunnel struct {
 	predicted map[int]int // request id → engine-comparable predicted cached tokens (ground truth)
 }
 
-func newSimFunnel(k *kvPicker) *simFunnel {
+func newSimFunnel(k *kvPicker, parity config.Parity) *simFunnel {
 	sf := &simFunnel{f: routing.NewFunnel(prometheus.NewRegistry(), []string{k.pool}),
-		stored: make([]int64, len(k.eps)), stale: make([]int64, len(k.eps)), counted: make([]int64, len(k.eps))}
+		stored: make([]int64, len(k.eps)), stale: make([]int64, len(k.eps)), counted: make([]int64, len(k.eps)),
+		parityCfg: parity, checks: make([]server.CachedTokensCheck, len(k.eps))}
 	k.router.SetFunnel(sf.f)
 	return sf
 }
@@ -43,8 +51,9 @@ func (k *kvPicker) groundTruth(engines []*vllmemu.Virtual) {
 }
 
 // decided records the truth of a routed decision: the cached prefix the
-// best engine really held beyond the chosen one's, and the hit the
-// decision predicted (as vLLM counts hits), for admitted.
+// best engine really held beyond the chosen one's (or beyond the chosen
+// one's predicted hit, when that is longer), and the hit the decision
+// predicted (as vLLM counts hits), for admitted.
 func (k *kvPicker) decided(id int, d *routing.Decision, chosen int, tokens []int) {
 	sf := k.funnel
 	if sf.engines == nil || len(d.Keys) == 0 {
@@ -58,11 +67,15 @@ func (k *kvPicker) decided(id int, d *routing.Decision, chosen int, tokens []int
 			mine = n
 		}
 	}
-	sf.truth[truthGivenUp] += int64((best - mine) * k.blockSize)
 	pred := min(d.MatchedTokens, len(tokens))
 	if capped := (len(tokens) - 1) / k.blockSize * k.blockSize; pred > capped {
 		pred = capped
 	}
+	// The chosen engine's share is what it held or what the decision
+	// predicted it would hit, whichever is more: a predicted block it did
+	// not hold yet (a request in flight there was computing it) is not
+	// given up; if the engine misses it at admission, it is stale.
+	sf.truth[truthGivenUp] += int64(max(best-max(mine, pred/k.blockSize), 0) * k.blockSize)
 	sf.predicted[id] = pred
 }
 
@@ -100,6 +113,35 @@ func (k *kvPicker) scraped(stats []vllmemu.Stats) {
 		if excess > sf.counted[e] {
 			sf.counted[e] += sf.f.AddEngineOutcome(k.pool, k.eps[e].Name, routing.TokensCachedUnpredicted, excess-sf.counted[e])
 		}
+		if sf.parityCfg.CachedTokensWindow > 0 {
+			sf.checkParity(k, e, s)
+		}
+	}
+}
+
+// ParityResult is what a kvroute policy's parity loop found: how many
+// windows the cached_tokens check judged over the run (every engine's) and
+// how many times an engine's check went to mismatch. The simulated engines
+// run kvroute's config, so every flag is a false one.
+type ParityResult struct {
+	WindowsJudged int `json:"windows_judged"`
+	Flags         int `json:"mismatch_flags"`
+}
+
+// simCachedMetric names the simulated engines' cached prompt tokens counter
+// in the check's evidence.
+const simCachedMetric = "simulated vllm:prompt_tokens_cached_total"
+
+// checkParity feeds engine e's cached prompt tokens counter, read at this
+// scrape, to its cached_tokens check.
+func (sf *simFunnel) checkParity(k *kvPicker, e int, s vllmemu.Stats) {
+	c := &sf.checks[e]
+	was := c.Mismatch()
+	if c.Observe(sf.parityCfg, sf.f, k.pool, k.eps[e].Name, k.now, float64(s.PrefilledCachedTokens), k.now, simCachedMetric) {
+		sf.parity.WindowsJudged++
+	}
+	if c.Mismatch() && !was {
+		sf.parity.Flags++
 	}
 }
 
@@ -108,9 +150,14 @@ func (k *kvPicker) funnelTotals() (funnel, truth map[string]int64) {
 	return k.funnel.f.Totals(k.pool), k.funnel.truth
 }
 
-// funnelReporter is a picker with a prompt-token funnel (kvroute's).
+// parityResult is what the instance's parity loop found.
+func (k *kvPicker) parityResult() ParityResult { return k.funnel.parity }
+
+// funnelReporter is a picker with a prompt-token funnel and a parity loop
+// (kvroute's).
 type funnelReporter interface {
 	funnelTotals() (funnel, truth map[string]int64)
+	parityResult() ParityResult
 }
 
 // truthWatcher is a picker that computes the funnel's ground truth.
@@ -129,6 +176,18 @@ func (m *multiPicker) funnelTotals() (funnel, truth map[string]int64) {
 		funnel, truth = addTotals(funnel, f), addTotals(truth, t)
 	}
 	return funnel, truth
+}
+
+func (m *multiPicker) parityResult() ParityResult {
+	var sum ParityResult
+	for _, p := range m.ps {
+		if r, ok := p.(funnelReporter); ok {
+			pr := r.parityResult()
+			sum.WindowsJudged += pr.WindowsJudged
+			sum.Flags += pr.Flags
+		}
+	}
+	return sum
 }
 
 func (m *multiPicker) groundTruth(engines []*vllmemu.Virtual) {

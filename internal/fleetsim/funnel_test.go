@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/routing"
 )
@@ -45,6 +46,78 @@ func TestFunnelAgreesWithGroundTruth(t *testing.T) {
 		}
 		if silent && truth[truthStale] == 0 {
 			t.Errorf("engines evicting without events left no stale tokens to find")
+		}
+		// The server's cached_tokens check, run on the simulated engines'
+		// counters, judges windows and never flags honest engines. (The
+		// silent ones miss about 7 % of the predicted hits here, inside
+		// the check's 10 % tolerance: not flagged either.)
+		t.Logf("evict without events %v: parity %+v", silent, r.Parity)
+		switch p := r.Parity; {
+		case p == nil || p.WindowsJudged == 0:
+			t.Errorf("silent %v: the cached_tokens check judged no window (%+v)", silent, p)
+		case !silent && p.Flags != 0:
+			t.Errorf("honest engines flagged %d times in %d windows", p.Flags, p.WindowsJudged)
+		}
+	}
+}
+
+// TestFunnelAgreesWithGroundTruthUnderHeavyLoad replays the small trace at
+// 1 ms per prefill token, where requests wait seconds in the engines'
+// queues and blocks they were predicted to hit are evicted, with their
+// BlockRemoved, before they are admitted. The engine computes those blocks
+// again for them: stale must agree with the ground truth within 2 %.
+// given_up_for_load is held within 10 %: kvroute's view of the engines is
+// one engine step behind (a step's events arrive when it ends, and a step
+// prefills 2,048 tokens, 2 s here), so the blocks another engine was
+// caching in the step under way count as new, not given up; the measured
+// gap is in docs/BENCHMARKS.md.
+func TestFunnelAgreesWithGroundTruthUnderHeavyLoad(t *testing.T) {
+	o := smallOptions()
+	o.GroundTruth, o.Prefill = true, time.Millisecond
+	r, err := Run(smallTrace(t), PolicyKVRoute, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, truth := r.Funnel, r.FunnelTruth
+	t.Logf("funnel %v, ground truth %v", f, truth)
+	routed := f[routing.TokensCachedPredicted] + f[routing.TokensNew] + f[routing.TokensGivenUpForLoad]
+	if d := routed - r.PromptTokens; d*1000 > r.PromptTokens || -d*1000 > r.PromptTokens {
+		t.Errorf("outcomes add up to %d, the engines admitted %d prompt tokens", routed, r.PromptTokens)
+	}
+	for o, tolerance := range map[string]int64{truthStale: 50, truthGivenUp: 10} {
+		got, want := f[o], truth[o]
+		if want*100 < routed {
+			t.Errorf("%s ground truth %d is under 1 %% of the %d tokens routed: the load is not heavy enough to test it", o, want, routed)
+		}
+		if d := max(got-want, want-got); d*tolerance > want {
+			t.Errorf("%s %d, ground truth %d (%.1f %% off, over %.0f %%)", o, got, want, 100*float64(d)/float64(want), 100/float64(tolerance))
+		}
+	}
+}
+
+// TestSimulatorParityLoopFlagsSilentEvictions: the server's cached_tokens
+// check, run by the simulated kvroute on its engines' counters, flags
+// engines that evict without events once its windows are short and its
+// tolerance tight enough to see their 7 % of missed hits on the small trace
+// (5 s, 2 %), and never honest ones.
+func TestSimulatorParityLoopFlagsSilentEvictions(t *testing.T) {
+	src := smallTrace(t)
+	for _, silent := range []bool{false, true} {
+		o := smallOptions()
+		o.EvictWithoutEvents = silent
+		o.ParityYAML = "{cached_tokens_window: 5s, cached_tokens_tolerance: 0.02}"
+		r, err := Run(src, PolicyKVRoute, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("evict without events %v: parity %+v", silent, r.Parity)
+		switch p := r.Parity; {
+		case p == nil || p.WindowsJudged < 8:
+			t.Errorf("silent %v: the check judged too few windows (%+v)", silent, p)
+		case silent && p.Flags == 0:
+			t.Errorf("engines evicting without events not flagged in %d windows", p.WindowsJudged)
+		case !silent && p.Flags != 0:
+			t.Errorf("honest engines flagged %d times in %d windows", p.Flags, p.WindowsJudged)
 		}
 	}
 }

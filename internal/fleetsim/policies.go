@@ -219,7 +219,7 @@ const (
 
 // kvrouteYAML is the simulated deployment's kvroute config: engine keys
 // (vLLM's own xxhash hashes, PYTHONHASHSEED 0), the engines' block size.
-func kvrouteYAML(engines, blockSize int, routing string, indexTTL time.Duration) string {
+func kvrouteYAML(engines, blockSize int, routing, parity string, indexTTL time.Duration) string {
 	var b strings.Builder
 	b.WriteString("listen: {extproc: \"127.0.0.1:0\", admin: \"\"}\n")
 	if indexTTL > 0 {
@@ -227,6 +227,9 @@ func kvrouteYAML(engines, blockSize int, routing string, indexTTL time.Duration)
 	}
 	if routing != "" {
 		fmt.Fprintf(&b, "routing: %s\n", routing)
+	}
+	if parity != "" {
+		fmt.Fprintf(&b, "parity: %s\n", parity)
 	}
 	fmt.Fprintf(&b, "pools:\n  - name: %s\n    models: [%q]\n    block_size: %d\n    keys: engine\n    hash: {algorithm: %s, seed: %q}\n    replicas:\n",
 		simPool, simModel, blockSize, simAlgo.String(), fleetSeed)
@@ -261,7 +264,7 @@ func newKVRoute(engines int, o Options) (*kvPicker, error) {
 	}
 	k.router.SeedTieBreaks(o.Seed) // a replay is repeatable for its seed
 	k.pool = pc.Name
-	k.funnel = newSimFunnel(k)
+	k.funnel = newSimFunnel(k, cfg.Parity)
 	return k, nil
 }
 

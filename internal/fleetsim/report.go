@@ -77,6 +77,9 @@ type jsonPolicy struct {
 	// ground truth of given_up_for_load and stale (with GroundTruth).
 	PromptTokens      map[string]int64 `json:"prompt_tokens,omitempty"`
 	PromptTokensTruth map[string]int64 `json:"prompt_tokens_ground_truth,omitempty"`
+	// ParityCachedTokens is what a kvroute policy's cached_tokens parity
+	// check found: windows judged and mismatch flags (all false ones here).
+	ParityCachedTokens *ParityResult `json:"parity_cached_tokens,omitempty"`
 }
 
 // jsonTenant is one tenant's part of a policy's run.
@@ -116,7 +119,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 		jp := jsonPolicy{Name: r.Name, TokenHitRate: r.HitRate(),
 			TTFTP50: msOf(r.Percentile(0.5)), TTFTP90: msOf(r.Percentile(0.9)), TTFTP99: msOf(r.Percentile(0.99)),
 			Requests: r.Requests, Errors: r.Errors, Shed: r.ShedTotal(), ShedByReason: r.Shed, FlowControl: r.FlowControl, Held: r.Held,
-			PromptTokens: r.Funnel, PromptTokensTruth: r.FunnelTruth}
+			PromptTokens: r.Funnel, PromptTokensTruth: r.FunnelTruth, ParityCachedTokens: r.Parity}
 		if len(r.ShedAfter) > 0 {
 			jp.MaxShedAfterMs = msOf(slices.Max(r.ShedAfter))
 		}
@@ -267,6 +270,9 @@ func funnelSummary(r *Result) string {
 	if t := r.FunnelTruth; t != nil {
 		fmt.Fprintf(&b, "; ground truth: %s %d (kvroute %d), %s %d (kvroute %d)",
 			routing.TokensGivenUpForLoad, t[truthGivenUp], f[routing.TokensGivenUpForLoad], routing.TokensStale, t[truthStale], f[routing.TokensStale])
+	}
+	if p := r.Parity; p != nil {
+		fmt.Fprintf(&b, "; the cached_tokens parity check judged %d windows and flagged a mismatch %d times", p.WindowsJudged, p.Flags)
 	}
 	b.WriteString(".")
 	return b.String()

@@ -50,6 +50,10 @@ type Options struct {
 	// RoutingYAML is extra kvroute routing config ("{placement_slack: 1}"),
 	// for tuning; "" takes the defaults.
 	RoutingYAML string
+	// ParityYAML is extra kvroute parity config
+	// ("{cached_tokens_window: 5s}"), whose cached_tokens check the
+	// kvroute policy runs at every scrape; "" takes the defaults.
+	ParityYAML string
 	// Gateways is the number of independent router instances in front of
 	// the fleet (default 1): request i goes to instance i mod Gateways; each
 	// kvroute has its own index, ingest and bookkeeping, each gateway-side
@@ -139,6 +143,9 @@ type Result struct {
 	// given_up_for_load and stale (Options.GroundTruth).
 	Funnel      map[string]int64
 	FunnelTruth map[string]int64
+	// Parity is what kvroute's cached_tokens check found over the run
+	// (kvroute policies; summed over gateways).
+	Parity *ParityResult
 }
 
 // TenantResult is one tenant's part of a run.
@@ -501,6 +508,10 @@ func Run(src Source, policy string, o Options) (*Result, error) {
 	res.Decisions = p.decisions()
 	if r, ok := p.(funnelReporter); ok {
 		res.Funnel, res.FunnelTruth = r.funnelTotals()
+		if res.Funnel != nil {
+			pr := r.parityResult()
+			res.Parity = &pr
+		}
 	}
 	return res, nil
 }

@@ -118,11 +118,13 @@ type PolicyStats struct {
 	Requests  int     `json:"requests"`
 	Errors    int     `json:"errors"`
 	Imbalance float64 `json:"imbalance"`
+	// Parity is what kvroute's cached_tokens check found (kvroute only).
+	Parity *ParityResult `json:"parity_cached_tokens,omitempty"`
 }
 
 func statsOf(r *Result) PolicyStats {
 	return PolicyStats{Name: r.Name, HitRate: r.HitRate(), P50: msOf(r.Percentile(0.5)), P90: msOf(r.Percentile(0.9)),
-		P99: msOf(r.Percentile(0.99)), Requests: r.Requests, Errors: r.Errors, Imbalance: r.Imbalance()}
+		P99: msOf(r.Percentile(0.99)), Requests: r.Requests, Errors: r.Errors, Imbalance: r.Imbalance(), Parity: r.Parity}
 }
 
 // Cell is one simulated cell's outcome.

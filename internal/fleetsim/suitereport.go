@@ -109,6 +109,13 @@ func (s *SuiteResult) Goals() []SuiteGoal {
 		v := verdict(c)
 		return v.valid, v.p99OK, fmt.Sprintf("%s: %.0f ms vs %.0f ms", where(c), v.kv.P99, v.minP99)
 	})
+	count("every cell where it judged a window: kvroute's cached_tokens parity check flags no engine (its engines are honest)", func(c *Cell) (bool, bool, string) {
+		kv, ok := c.Policy(PolicyKVRoute)
+		if !ok || kv.Parity == nil || kv.Parity.WindowsJudged == 0 {
+			return false, false, ""
+		}
+		return true, kv.Parity.Flags == 0, fmt.Sprintf("%s: %d flags in %d windows", where(c), kv.Parity.Flags, kv.Parity.WindowsJudged)
+	})
 	pooledGoal := func(name string, frac float64, match func(*Cell) bool) {
 		count(name, func(c *Cell) (bool, bool, string) {
 			if !match(c) || c.Gateways != 1 {
