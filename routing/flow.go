@@ -160,6 +160,8 @@ func (fc *FlowControl) decide(ctx context.Context, prp *Prepared, body []byte, p
 		return FlowOutcome{Decision: r.DecidePrepared(&pr, rec)}
 	}
 	r.NoteFlowPriority(fp.name, priority)
+	prp.SetPriority(priority)
+	pr = *prp
 	if fp.waiting.Load() == 0 && !r.BandSaturated(fp.name, pr.subset, priority) {
 		return FlowOutcome{Decision: r.DecidePrepared(&pr, rec)}
 	}
