@@ -97,22 +97,17 @@ func (r *Router) BandSaturated(pool string, subset map[string]bool, priority int
 	if p == nil {
 		return false
 	}
+	return r.saturatedBand(p, subset, priority)
+}
+
+func (r *Router) saturatedBand(p *pool, subset map[string]bool, priority int) bool {
 	return r.saturatedLeaving(p, subset, nil, 0, 0, r.bandBound(p, priority), r.reserveFor(p, priority))
 }
 
-// BandBound is what BandSaturated applies to a request of priority in
-// pool: the predicted time to first token past which a replica is busy
-// (Flow.SaturationTTFT, or Flow.LowPrioritySaturationTTFT below the pool's
-// top priority; 0: that test is off), and how many replicas it leaves free
-// of its band for higher ones (reserveFor). ok is false for an unknown pool.
-func (r *Router) BandBound(pool string, priority int) (bound time.Duration, reserved int, ok bool) {
-	p := r.poolNamed(pool)
-	if p == nil {
-		return 0, 0, false
-	}
-	return r.bandBound(p, priority), r.reserveFor(p, priority), true
-}
-
+// bandBound is the predicted wait past which a replica is busy for a
+// request of priority in p: Flow.SaturationTTFT, or
+// Flow.LowPrioritySaturationTTFT (when set and smaller) below the pool's
+// top priority.
 func (r *Router) bandBound(p *pool, priority int) time.Duration {
 	f := &r.o().Flow
 	bound := f.SaturationTTFT
