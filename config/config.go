@@ -216,6 +216,11 @@ type FlowControl struct {
 	// held back so a higher band does not wait behind their prefill (0:
 	// SaturationTTFT for every priority).
 	LowPrioritySaturationTTFT Duration `yaml:"low_priority_saturation_ttft" default:"50ms" check:"nonnegative" reload:"live"`
+	// ReservedReplicas is how many of a pool's least-loaded replicas the
+	// requests of a priority below the pool's top one are neither placed
+	// on nor count when their saturation is checked (at most all but one;
+	// 0: none), so a higher band finds a replica free of their prefill.
+	ReservedReplicas int `yaml:"reserved_replicas" default:"0" check:"nonnegative" reload:"live"`
 	// SaturationWaiting: a replica is busy when its last scrape reported
 	// more waiting requests than this (0: this test is off). A pool is
 	// saturated when every eligible replica is busy.

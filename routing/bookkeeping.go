@@ -132,6 +132,11 @@ func (r *Router) BeginLoad(d *Decision) {
 	}
 	uncached := max(d.PromptTokens-d.MatchedTokens, 0)
 	d.ticket = r.beginWork(d.Endpoint.Replica, uncached, nil, 0)
+	if d.lowBand {
+		if p := r.poolNamed(d.Pool); p != nil {
+			p.lowBand[d.Endpoint.Replica.ID].Add(1)
+		}
+	}
 	if s := r.share(); s != nil {
 		d.sharedID = s.Began(SharedWork{Pool: d.Pool, Endpoint: d.Endpoint.Name, Uncached: uncached, Matched: d.matchedBlocks, Keys: d.Keys})
 	}
@@ -156,6 +161,12 @@ func (r *Router) End(d *Decision) {
 	r.endFunnel(d)
 	if d.Endpoint != nil {
 		r.ix.EndWork(d.Endpoint.Replica, d.ticket)
+		if d.lowBand {
+			if p := r.poolNamed(d.Pool); p != nil {
+				p.lowBand[d.Endpoint.Replica.ID].Add(-1)
+			}
+			d.lowBand = false
+		}
 		if s := r.share(); s != nil {
 			s.Ended(d.sharedID)
 		}

@@ -97,13 +97,80 @@ func (r *Router) BandSaturated(pool string, subset map[string]bool, priority int
 	if p == nil {
 		return false
 	}
+	return r.saturatedBand(p, subset, priority)
+}
+
+func (r *Router) saturatedBand(p *pool, subset map[string]bool, priority int) bool {
+	return r.saturatedLeaving(p, subset, nil, 0, 0, r.bandBound(p, priority), r.reserveFor(p, priority))
+}
+
+// bandBound is the predicted wait past which a replica is busy for a
+// request of priority in p: Flow.SaturationTTFT, or
+// Flow.LowPrioritySaturationTTFT (when set and smaller) below the pool's
+// top priority.
+func (r *Router) bandBound(p *pool, priority int) time.Duration {
 	f := &r.o().Flow
 	bound := f.SaturationTTFT
-	if low := f.LowPrioritySaturationTTFT; low > 0 && (bound <= 0 || low < bound) &&
-		priority < max(f.topPriority(), int(p.flowTop.Load())) {
+	if low := f.LowPrioritySaturationTTFT; low > 0 && (bound <= 0 || low < bound) && priority < r.topPriority(p) {
 		bound = low
 	}
-	return r.saturated(p, subset, nil, 0, 0, bound)
+	return bound
+}
+
+// topPriority is pool p's top priority: the highest of the objectives'
+// priorities and of those seen in the pool (NoteFlowPriority), at least 0.
+func (r *Router) topPriority(p *pool) int {
+	return max(r.o().Flow.topPriority(), int(p.flowTop.Load()))
+}
+
+// reserveFor is how many of p's eligible replicas a request of priority
+// leaves free of lower-band requests for higher priorities:
+// Flow.ReservedReplicas below the pool's top priority, else none.
+func (r *Router) reserveFor(p *pool, priority int) int {
+	k := r.o().Flow.ReservedReplicas
+	if k <= 0 || priority >= r.topPriority(p) {
+		return 0
+	}
+	return k
+}
+
+// unreserved is cands less the replicas kept for higher priorities: while
+// no more than reserve (at most all but one) of them are free of
+// lower-band requests (none routed there is still in flight), a
+// lower-band request goes only to the others, those already holding one.
+func (r *Router) unreserved(p *pool, cands []candidate, reserve int) []candidate {
+	reserve = min(reserve, len(cands)-1)
+	if reserve <= 0 {
+		return cands
+	}
+	free := 0
+	for i := range cands {
+		if p.lowBand[cands[i].ep.Replica.ID].Load() == 0 {
+			free++
+		}
+	}
+	if free > reserve {
+		return cands
+	}
+	out := cands[:0]
+	for _, c := range cands {
+		if p.lowBand[c.ep.Replica.ID].Load() > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// unreservedSubset is subset narrowed to p's eligible replicas less the
+// reserve kept for higher priorities (unreserved).
+func (r *Router) unreservedSubset(p *pool, subset map[string]bool, reserve int) map[string]bool {
+	var buf [index.MaxReplicas]candidate
+	cands := r.unreserved(p, r.eligible(p, subset, buf[:0], nil), reserve)
+	out := make(map[string]bool, len(cands))
+	for i := range cands {
+		out[cands[i].ep.Address] = true
+	}
+	return out
 }
 
 // NoteFlowPriority records that a request of priority reached flow
@@ -140,12 +207,19 @@ func (r *Router) SaturatedFor(pr *Prepared) bool {
 // (nil: none known) are looked up for each replica's uncached part, and a
 // replica busy past ttft (0: that test is off).
 func (r *Router) saturated(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int, ttft time.Duration) bool {
+	return r.saturatedLeaving(p, subset, keys, promptTokens, blockSize, ttft, 0)
+}
+
+// saturatedLeaving is saturated over the eligible replicas less the
+// reserve kept for higher priorities (unreserved).
+func (r *Router) saturatedLeaving(p *pool, subset map[string]bool, keys []index.BlockKey, promptTokens, blockSize int, ttft time.Duration, reserve int) bool {
 	f := &r.o().Flow
-	var buf [64]candidate
+	var buf [index.MaxReplicas]candidate
 	cands := r.eligible(p, subset, buf[:0], nil)
 	if len(cands) == 0 {
 		return false
 	}
+	cands = r.unreserved(p, cands, reserve)
 	var matches []index.Match
 	if len(keys) > 0 {
 		mp := r.matches.Get().(*[]index.Match)

@@ -122,7 +122,7 @@ func TestPlacementTakesTheLeastWrittenCache(t *testing.T) {
 			h.write(ep.Replica, 20000+i)
 		}
 	}
-	x := h.router.Explain("/v1/completions", completion(doc))
+	x := h.router.Explain("/v1/completions", completion(doc), "")
 	if got := h.route(completion(doc)); got != least.Address {
 		t.Fatalf("placed on %s, want %s, whose cache was written least lately (home %s): %+v", got, least.Address, home.Address, x)
 	}
@@ -139,7 +139,7 @@ func TestPlacementTakesTheLeastWrittenCache(t *testing.T) {
 		h.ix.Clear(ep.Replica) // the placed document's speculative blocks
 	}
 	h.ix.BeginWork(least.Replica, 100000, 10000)
-	x = h.router.Explain("/v1/completions", completion(doc))
+	x = h.router.Explain("/v1/completions", completion(doc), "")
 	if x.Pick == least.Name {
 		t.Fatalf("placed on %s with 10 s of queued prefill: %+v", least.Name, x)
 	}
@@ -168,7 +168,7 @@ func TestAPoolRateJudgesEveryReplica(t *testing.T) {
 	}
 	slow := h.eps[2]
 	doc := "a new document " + strings.Repeat(sharedPrefix+" ", 4)
-	x := h.router.Explain("/v1/completions", completion(doc))
+	x := h.router.Explain("/v1/completions", completion(doc), "")
 	if x.Pick != slow.Name {
 		t.Fatalf("new document went to %s, want %s, idle and written least: %+v", x.Pick, slow.Name, x)
 	}
@@ -298,7 +298,7 @@ func TestAHolderKeepsAnUncachedPrefillOffTheFleet(t *testing.T) {
 	holder := h.eps[1]
 	h.ix.Store(holder.Replica, h.keysOf(doc, blockhash.RequestKeys{}), index.TierGPU)
 	req := completion(doc + " " + strings.Repeat("another question ", 40))
-	x := h.router.Explain("/v1/completions", req)
+	x := h.router.Explain("/v1/completions", req, "")
 	held := 0.0
 	for _, c := range x.Candidates {
 		if c.Name == holder.Name {
@@ -309,7 +309,7 @@ func TestAHolderKeepsAnUncachedPrefillOffTheFleet(t *testing.T) {
 		t.Fatalf("holder holds nothing of the prompt: %+v", x)
 	}
 	h.ix.BeginWork(holder.Replica, int(1.5*held), 10000)
-	x = h.router.Explain("/v1/completions", req)
+	x = h.router.Explain("/v1/completions", req, "")
 	var holderTTFT, idleTTFT float64
 	for _, c := range x.Candidates {
 		ttft := float64(c.Cost - c.FleetSeconds)

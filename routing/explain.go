@@ -46,9 +46,12 @@ type Explanation struct {
 	Status int    `json:"status,omitempty"`
 	Error  string `json:"error,omitempty"`
 	// Flow is the pool's flow control state: with it enabled and the pool
-	// saturated (or requests waiting), the request would wait before this
-	// decision was made.
+	// saturated for the request's priority (FlowBand), or requests
+	// waiting, the request would wait before this decision was made.
 	Flow *FlowStatus `json:"flow,omitempty"`
+	// FlowBand is the saturation test of the request's priority (its
+	// objective's) with flow control on.
+	FlowBand *BandTest `json:"flow_band,omitempty"`
 }
 
 // ExplainCandidate is one endpoint as the decision saw it.
@@ -281,9 +284,21 @@ func (rec *Recorder) Scores() string {
 // LRU touch), and it returns what the decision weighed. Ties between equal
 // costs are broken at random as in Decide, so a tied pick may differ between
 // calls.
-func (r *Router) Explain(path string, body []byte) Explanation {
+//
+// objective is the request's x-gateway-inference-objective ("" for none):
+// with flow control on, the decision is made as for its priority (a
+// priority below the pool's top one leaves the reserved replicas alone)
+// and FlowBand gives that priority's saturation test.
+func (r *Router) Explain(path string, body []byte, objective string) Explanation {
 	rec := &Recorder{explain: true}
-	d := r.DecideRecorded(path, body, nil, rec)
+	pr := r.prepare(path, body, nil, rec)
+	flow := r.flow.Load()
+	priority := r.o().Flow.Priority(objective)
+	if flow != nil && r.o().Flow.Enabled && body != nil {
+		pr.SetPriority(priority)
+	}
+	pool := pr.Pool()
+	d := r.DecidePrepared(&pr, rec)
 	x := Explanation{
 		Pool: d.Pool, PromptTokens: max(d.PromptTokens, rec.promptTokens), PromptBlocks: len(d.Keys), BlockSize: rec.blockSize,
 		Candidates: rec.cands, MatchedTokens: d.MatchedTokens, Outcome: d.Outcome, Reason: d.Reason,
@@ -292,9 +307,12 @@ func (r *Router) Explain(path string, body []byte) Explanation {
 	if x.Candidates == nil {
 		x.Candidates = []ExplainCandidate{}
 	}
-	if fc := r.flow.Load(); fc != nil {
-		if fs, ok := fc.PoolStatus(d.Pool); ok {
+	if flow != nil {
+		if fs, ok := flow.PoolStatus(pool); ok {
 			x.Flow = &fs
+			if bt, ok := r.BandTest(pool, priority); ok && fs.Enabled {
+				x.FlowBand = &bt
+			}
 		}
 	}
 	if d.Endpoint != nil {

@@ -29,7 +29,7 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 	body := []byte(`{"model":"qwen3","prompt":"` + sharedPrefix + `"}`)
 	before := replicaStates(h)
 
-	x := h.router.Explain("/v1/completions", body)
+	x := h.router.Explain("/v1/completions", body, "")
 	for i, st := range replicaStates(h) {
 		if st.InFlight != before[i].InFlight || st.PendingTokens != before[i].PendingTokens ||
 			st.RecentTokens() > before[i].RecentTokens() {
@@ -79,14 +79,14 @@ func TestExplainIsDecideWithoutBookkeeping(t *testing.T) {
 // is explained with its outcome, reason and status.
 func TestExplainRejectionAndLoad(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	x := h.router.Explain("/v1/completions", []byte(`{"model":"secret-model-name","prompt":"x"}`))
+	x := h.router.Explain("/v1/completions", []byte(`{"model":"secret-model-name","prompt":"x"}`), "")
 	if x.Outcome != OutcomeRejected || x.Reason != ReasonUnknownModel || x.Status != 404 || x.Pick != "" || x.Candidates == nil {
 		t.Fatalf("unknown model: %+v", x)
 	}
 	if strings.Contains(x.Error, "secret") {
 		t.Fatalf("error quotes the model name: %q", x.Error)
 	}
-	x = h.router.Explain("/v1/completions", []byte(`{"model":"qwen3","prompt":"a fresh prompt nobody holds at all"}`))
+	x = h.router.Explain("/v1/completions", []byte(`{"model":"qwen3","prompt":"a fresh prompt nobody holds at all"}`), "")
 	if x.Outcome != OutcomeLoad || x.Reason != ReasonNoHit || x.Pick == "" || len(x.Candidates) != len(h.eps) || x.PromptTokens == 0 {
 		t.Fatalf("placement: %+v", x)
 	}
@@ -153,7 +153,7 @@ func FuzzExplain(f *testing.F) {
 	d := r.DecideIDs("qwen3", routetest.WordTokenizer{}.Encode(sharedPrefix, true))
 	ix.Store(eps[0].Replica, d.Keys, index.TierGPU)
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
-		x := r.Explain(path, body)
+		x := r.Explain(path, body, "")
 		if _, err := json.Marshal(x); err != nil {
 			t.Fatalf("explanation does not encode: %v", err)
 		}
@@ -163,4 +163,44 @@ func FuzzExplain(f *testing.F) {
 			}
 		}
 	})
+}
+
+// With flow control on, Explain and PoolStatus give the saturation test of
+// a priority: below the pool's top one the lower bound
+// (low_priority_saturation_ttft) and the reserved replicas apply, so a
+// request without an objective is shown waiting while an interactive one
+// is decided at once.
+func TestExplainShowsTheBandTest(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	o := h.router.Options()
+	o.Flow.Enabled = true
+	o.Flow.SaturationTTFT, o.Flow.LowPrioritySaturationTTFT, o.Flow.SaturationWaiting = time.Second, 100*time.Millisecond, 0
+	o.Flow.Objectives = map[string]int{"interactive": 5}
+	o.Flow.ReservedReplicas = 1
+	h.router.SetOptions(o)
+	fc := NewFlowControl(h.router, nil, h.clock)
+	for _, ep := range h.eps {
+		d := Decision{Pool: "qwen", Endpoint: &ep, PromptTokens: 5000} // 0.5 s queued on each
+		h.router.BeginLoad(&d)
+	}
+	body := completion("a fresh prompt")
+	x := h.router.Explain("/v1/completions", body, "")
+	if b := x.FlowBand; b == nil || b.Priority != 0 || b.SaturationTTFT != 0.1 || b.ReservedReplicas != 1 || !b.Saturated {
+		t.Fatalf("no objective: band test %+v, want priority 0, 0.1 s, 1 reserved, saturated", b)
+	}
+	x = h.router.Explain("/v1/completions", body, "interactive")
+	if b := x.FlowBand; b == nil || b.Priority != 5 || b.SaturationTTFT != 1 || b.ReservedReplicas != 0 || b.Saturated {
+		t.Fatalf("interactive: band test %+v, want priority 5, 1 s, none reserved, not saturated", b)
+	}
+	s, _ := fc.PoolStatus("qwen")
+	if s.Top != (BandTest{Priority: 5, SaturationTTFT: 1}) ||
+		s.BelowTop != (BandTest{Priority: 4, SaturationTTFT: 0.1, ReservedReplicas: 1, Saturated: true}) {
+		t.Fatalf("status: top %+v, below %+v", s.Top, s.BelowTop)
+	}
+	// Off: no band test, and nothing reserved in the decision.
+	o.Flow.Enabled = false
+	h.router.SetOptions(o)
+	if x := h.router.Explain("/v1/completions", body, ""); x.FlowBand != nil || x.Flow == nil || x.Flow.Enabled {
+		t.Fatalf("flow control off: flow %+v band %+v", x.Flow, x.FlowBand)
+	}
 }

@@ -160,6 +160,8 @@ func (fc *FlowControl) decide(ctx context.Context, prp *Prepared, body []byte, p
 		return FlowOutcome{Decision: r.DecidePrepared(&pr, rec)}
 	}
 	r.NoteFlowPriority(fp.name, priority)
+	prp.SetPriority(priority)
+	pr = *prp
 	if fp.waiting.Load() == 0 && !r.BandSaturated(fp.name, pr.subset, priority) {
 		return FlowOutcome{Decision: r.DecidePrepared(&pr, rec)}
 	}
@@ -393,12 +395,41 @@ func (fp *flowPool) stop() {
 
 // FlowStatus is one pool's flow control state (kvroute status, explain).
 type FlowStatus struct {
-	Pool      string       `json:"pool"`
-	Enabled   bool         `json:"enabled"`
+	Pool    string `json:"pool"`
+	Enabled bool   `json:"enabled"`
+	// Saturated is Saturated: the pool is saturated for its top priority.
 	Saturated bool         `json:"saturated"`
 	Queued    int          `json:"queued"`
 	Bytes     int64        `json:"queued_bytes"`
 	Bands     []BandStatus `json:"bands"`
+	// Top is the test for the pool's top priority and above, BelowTop the
+	// one for every priority below it (BandSaturated).
+	Top      BandTest `json:"top"`
+	BelowTop BandTest `json:"below_top"`
+}
+
+// BandTest is the saturation test flow control applies to a priority in a
+// pool (BandSaturated) and its answer now.
+type BandTest struct {
+	Priority int `json:"priority"`
+	// SaturationTTFT is the predicted wait, in seconds, past which a
+	// replica is busy (0: that test is off).
+	SaturationTTFT Figure `json:"saturation_ttft_seconds"`
+	// ReservedReplicas are the replicas the priority leaves free of its
+	// band for higher ones.
+	ReservedReplicas int  `json:"reserved_replicas"`
+	Saturated        bool `json:"saturated"`
+}
+
+// BandTest is pool's saturation test for a request of priority now; ok is
+// false for an unknown pool.
+func (r *Router) BandTest(pool string, priority int) (BandTest, bool) {
+	p := r.poolNamed(pool)
+	if p == nil {
+		return BandTest{}, false
+	}
+	return BandTest{Priority: priority, SaturationTTFT: Figure(r.bandBound(p, priority).Seconds()), ReservedReplicas: r.reserveFor(p, priority),
+		Saturated: r.saturatedBand(p, nil, priority)}, true
 }
 
 // BandStatus is one priority band's queued requests.
@@ -425,6 +456,9 @@ func (fc *FlowControl) PoolStatus(pool string) (s FlowStatus, ok bool) {
 		return s, false
 	}
 	s = FlowStatus{Pool: pool, Enabled: fc.Enabled(), Saturated: fc.r.Saturated(pool, nil), Bands: []BandStatus{}}
+	top := fc.r.topPriority(fc.r.poolNamed(pool))
+	s.Top, _ = fc.r.BandTest(pool, top)
+	s.BelowTop, _ = fc.r.BandTest(pool, top-1)
 	fp.mu.Lock()
 	s.Queued, s.Bytes = fp.q.Len(), fp.q.Bytes()
 	for _, p := range fp.q.Priorities() {

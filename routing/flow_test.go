@@ -169,6 +169,94 @@ func TestBandSaturated(t *testing.T) {
 	}
 }
 
+// ReservedReplicas keeps that many replicas free of lower-band requests
+// while a higher band exists: the lower band is placed only on the replicas
+// already holding one of its requests, and its saturation is checked over
+// those alone, so a higher-band request finds a replica with no lower-band
+// prefill ahead. With no band above priority 0, priority 0 uses them all.
+func TestReservedReplicas(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	o := h.router.Options()
+	o.Flow.Enabled = true
+	o.Flow.SaturationTTFT, o.Flow.LowPrioritySaturationTTFT, o.Flow.SaturationWaiting = time.Second, 100*time.Millisecond, 0
+	o.Flow.ReservedReplicas = 1
+	h.router.SetOptions(o)
+	// decide places a 400-word request of priority and keeps it in
+	// flight (Begin, no End), returning its replica's address.
+	var inFlight []Decision
+	decide := func(priority int, i int) string {
+		t.Helper()
+		pr := h.router.Prepare("/v1/completions", completion(strings.Repeat(fmt.Sprintf("w%d ", i), 400)), nil)
+		pr.SetPriority(priority)
+		d := h.router.DecidePrepared(&pr, nil)
+		if d.Endpoint == nil {
+			t.Fatalf("priority %d: no endpoint (%s)", priority, d.Reason)
+		}
+		h.router.Begin(&d)
+		inFlight = append(inFlight, d)
+		return d.Endpoint.Address
+	}
+	endAll := func() {
+		for i := range inFlight {
+			h.router.End(&inFlight[i])
+		}
+		inFlight = inFlight[:0]
+	}
+	// No band above 0: priority 0 spreads over every replica.
+	used := map[string]bool{}
+	for i := range 9 {
+		used[decide(0, i)] = true
+	}
+	if len(used) != len(h.eps) {
+		t.Fatalf("no higher band: priority 0 used %d of %d replicas", len(used), len(h.eps))
+	}
+	endAll()
+	h.router.NoteFlowPriority("qwen", 1)
+	used = map[string]bool{}
+	for i := range 9 {
+		used[decide(0, i)] = true
+	}
+	if len(used) != len(h.eps)-1 {
+		t.Fatalf("below a seen priority 1 with 1 replica reserved: priority 0 used %d of %d replicas", len(used), len(h.eps))
+	}
+	var free string
+	for _, ep := range h.eps {
+		if !used[ep.Address] {
+			free = ep.Address
+		}
+	}
+	// Past the 100 ms lower bound on both, while the reserved replica is
+	// idle.
+	for _, ep := range h.eps {
+		if used[ep.Address] {
+			d := Decision{Pool: "qwen", Endpoint: &ep, PromptTokens: 5000} // 0.5 s
+			h.router.BeginLoad(&d)
+			inFlight = append(inFlight, d)
+		}
+	}
+	if !h.router.BandSaturated("qwen", nil, 0) {
+		t.Fatal("every unreserved replica past the lower bound: priority 0 not held back")
+	}
+	if h.router.BandSaturated("qwen", nil, 1) {
+		t.Fatal("the top band held back with a replica idle")
+	}
+	if got := decide(1, 100); got != free {
+		t.Fatalf("priority 1 went to %s, not the reserved idle replica %s", got, free)
+	}
+	// All but one is the most reserved: a pool of three keeps two.
+	endAll()
+	o.Flow.ReservedReplicas = 10
+	h.router.SetOptions(o)
+	used = map[string]bool{}
+	for i := range 6 {
+		used[decide(0, i)] = true
+	}
+	if len(used) != 1 {
+		t.Fatalf("reserved_replicas above the pool: priority 0 used %d replicas, want 1", len(used))
+	}
+	endAll()
+}
+
 // FlowStep sheds the expired, then releases by priority while the pool has
 // room for the next request's band: a top-priority waiter leaves while a
 // lower one stays behind the lower bound.

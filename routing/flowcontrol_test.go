@@ -238,3 +238,54 @@ func TestFlowControlScrapeFreesCapacity(t *testing.T) {
 		t.Fatalf("outcome %+v, want routed to the replica whose queue emptied", r.out)
 	}
 }
+
+// Queued bodies hold their bytes of routing.max_decide_bytes_in_flight: a
+// burst larger than the budget queues what fits, sheds the rest at once
+// (queue_full), never holds more bytes than the budget, and gives every
+// byte back when its waiters leave.
+func TestFlowControlQueuedBytesStayWithinTheBudget(t *testing.T) {
+	h := newFlowHarness(t, FlowOptions{TTL: 10 * time.Second, MaxQueued: 1000})
+	bodyOf := func(i int) []byte { return completion(fmt.Sprintf("%04d %s", i, sharedPrefix)) }
+	o := h.router.Options()
+	o.MaxBytesInFlight = int64(10 * len(bodyOf(0)))
+	h.router.SetOptions(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	const n = 40
+	outs := make(chan FlowOutcome, n)
+	queued := make(chan struct{}, n)
+	for i := range n {
+		go func() {
+			outs <- h.fc.Decide(ctx, "/v1/completions", bodyOf(i), nil, 0, "", nil, func(time.Duration) { queued <- struct{}{} })
+		}()
+	}
+	shed, waiting := 0, 0
+	for shed+waiting < n {
+		select {
+		case out := <-outs:
+			if out.Shed != ShedQueueFull {
+				t.Fatalf("outcome %+v, want queue_full", out)
+			}
+			shed++
+		case <-queued:
+			waiting++
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d shed, %d waiting of %d", shed, waiting, n)
+		}
+	}
+	s, _ := h.fc.PoolStatus("qwen")
+	if s.Queued != waiting || s.Queued > 10 || s.Bytes > o.MaxBytesInFlight || h.router.bytesInFlight.Load() > o.MaxBytesInFlight {
+		t.Fatalf("%d queued holding %d bytes (budget in use %d) of %d", s.Queued, s.Bytes, h.router.bytesInFlight.Load(), o.MaxBytesInFlight)
+	}
+	if waiting == 0 || shed == 0 {
+		t.Fatalf("%d waiting, %d shed: the burst did not fill the budget", waiting, shed)
+	}
+	cancel()
+	for range waiting {
+		if out := <-outs; out.Shed != FlowCancelled {
+			t.Fatalf("waiter ended %+v, want cancelled", out)
+		}
+	}
+	if b := h.router.bytesInFlight.Load(); b != 0 {
+		t.Fatalf("%d bytes of the budget still held after every waiter left", b)
+	}
+}

@@ -107,6 +107,11 @@ type FlowOptions struct {
 	// LowPrioritySaturationTTFT replaces SaturationTTFT for a priority
 	// below the pool's top one (BandSaturated); zero: it does not.
 	LowPrioritySaturationTTFT time.Duration
+	// ReservedReplicas is how many of a pool's eligible replicas (at most
+	// all but one) a priority below the pool's top one leaves free of its
+	// requests: while no more are free, it is placed, and its saturation
+	// checked, only on the replicas already holding one.
+	ReservedReplicas int
 	// MaxQueued bounds each pool's queue (requests); its bytes are bounded
 	// by MaxBytesInFlight, the budget queued bodies hold.
 	MaxQueued int
@@ -180,6 +185,9 @@ type pool struct {
 	// flowTop is the highest priority flow control has seen in the pool
 	// (NoteFlowPriority), at least 0.
 	flowTop atomic.Int64
+	// lowBand counts, by replica, the requests of a priority below the
+	// top routed there and not yet ended (FlowOptions.ReservedReplicas).
+	lowBand [index.MaxReplicas]atomic.Int32
 }
 
 // endpoints is the pool's endpoint list now; never modified.
@@ -291,6 +299,7 @@ type Decision struct {
 	Err    error
 
 	ticket        index.Ticket // the request's place in its replica's prefill queue
+	lowBand       bool         // below its pool's top priority, counted in pool.lowBand while in flight
 	sharedID      uint64       // the Sharer's id for it
 	matchedBlocks int          // blocks of Keys the chosen replica held
 	heldTokens    int          // prompt tokens the best-holding candidate held (the funnel's bound)
@@ -366,8 +375,18 @@ type Prepared struct {
 	err    error
 	// held is the body bytes of the decision budget it holds.
 	held int
-	r    *Router
+	// priority is its flow control priority when banded (SetPriority):
+	// below the pool's top priority it leaves the reserved replicas to
+	// higher ones (Flow.ReservedReplicas).
+	priority int
+	banded   bool
+	r        *Router
 }
+
+// SetPriority makes the request's decision one of flow control at
+// priority: below the pool's top priority it is not placed on the
+// replicas reserved for higher ones (FlowOptions.ReservedReplicas).
+func (pr *Prepared) SetPriority(priority int) { pr.priority, pr.banded = priority, true }
 
 type prepHow uint8
 
@@ -546,21 +565,33 @@ func (r *Router) DecidePrepared(pr *Prepared, rec *Recorder) Decision {
 	if rec != nil {
 		rec.promptTokens, rec.blockSize = pr.promptTokens, pr.blockSize
 	}
+	subset, low := pr.subset, false
+	if pr.banded && p != nil {
+		if k := r.reserveFor(p, pr.priority); k > 0 {
+			subset, low = r.unreservedSubset(p, subset, k), true
+		}
+	}
+	d := r.decidePrepared(pr, p, subset, rec)
+	d.lowBand = low
+	return d
+}
+
+func (r *Router) decidePrepared(pr *Prepared, p *pool, subset map[string]bool, rec *Recorder) Decision {
 	if pr.how != prepFail && pr.keyed && p.loadOnly.Load() {
-		return r.byLoad(p, pr.subset, ReasonParityMismatch, nil, rec)
+		return r.byLoad(p, subset, ReasonParityMismatch, nil, rec)
 	}
 	switch pr.how {
 	case prepFail:
-		return r.failOpen(p, pr.subset, pr.reason, pr.status, pr.err, rec)
+		return r.failOpen(p, subset, pr.reason, pr.status, pr.err, rec)
 	case prepLoad:
-		return r.byLoad(p, pr.subset, pr.reason, pr.err, rec)
+		return r.byLoad(p, subset, pr.reason, pr.err, rec)
 	}
-	d := r.choose(p, pr.subset, pr.keys, pr.promptTokens, pr.blockSize, rec)
+	d := r.choose(p, subset, pr.keys, pr.promptTokens, pr.blockSize, rec)
 	if d.Endpoint == nil && d.Outcome != OutcomeRejected {
 		// Whatever the cost function, an eligible fleet gets an endpoint
 		// (a NaN cost compares with nothing).
 		rec.reset()
-		d = r.byLoad(p, pr.subset, ReasonNoHit, nil, rec)
+		d = r.byLoad(p, subset, ReasonNoHit, nil, rec)
 	}
 	return d
 }

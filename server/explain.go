@@ -14,7 +14,8 @@ import (
 	"github.com/kvroute/kvroute/routing"
 )
 
-// maxExplainPath bounds the ?path= of /debug/explain (an API path, not data).
+// maxExplainPath bounds the ?path= (an API path, not data) and the
+// ?objective= of /debug/explain.
 const maxExplainPath = 256
 
 // Results of kvroute_admin_explain_requests_total.
@@ -69,6 +70,15 @@ func explainHandler(router *routing.Router, par *parity, limit int, slots func()
 			http.Error(w, "path: want ?path=/v1/completions or /v1/chat/completions (at most 256 bytes)", http.StatusBadRequest)
 			return
 		}
+		// The request's objective (x-gateway-inference-objective), chosen
+		// by clients: looked up, never logged.
+		objective := r.URL.Query().Get("objective")
+		if len(objective) > maxExplainPath {
+			requests.WithLabelValues(explainBadRequest).Inc()
+			log.Info("explain refused: objective too long", "objective_bytes", len(objective))
+			http.Error(w, "objective: at most 256 bytes", http.StatusBadRequest)
+			return
+		}
 		if r.ContentLength > int64(limit) {
 			requests.WithLabelValues(explainTooLarge).Inc()
 			log.Info("explain refused: body over routing.body_limit_bytes", "content_length", r.ContentLength, "limit", limit)
@@ -89,7 +99,7 @@ func explainHandler(router *routing.Router, par *parity, limit int, slots func()
 			http.Error(w, "body not read", http.StatusBadRequest)
 			return
 		}
-		x := router.Explain(path, body)
+		x := router.Explain(path, body, objective)
 		requests.WithLabelValues(explainOK).Inc()
 		log.Info("explain", "body_bytes", len(body), "pool", x.Pool, "outcome", x.Outcome, "reason", x.Reason,
 			"prompt_tokens", x.PromptTokens, "candidates", len(x.Candidates))

@@ -115,7 +115,7 @@ func TestExplainRefusesHostileRequests(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("chunked over the body limit: %d", resp.StatusCode)
 	}
-	for _, p := range []string{"", "v1/completions", "/" + strings.Repeat("x", 300)} {
+	for _, p := range []string{"", "v1/completions", "/" + strings.Repeat("x", 300), "/v1/completions&objective=" + strings.Repeat("x", 300)} {
 		if code, raw := postExplain(t, s, p, []byte(`{}`)); code != http.StatusBadRequest {
 			t.Fatalf("path %q: %d %s", p, code, raw)
 		}

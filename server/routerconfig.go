@@ -78,6 +78,7 @@ func flowOptions(f config.FlowControl) routing.FlowOptions {
 		Enabled:                   f.Enabled,
 		SaturationTTFT:            f.SaturationTTFT.Std(),
 		LowPrioritySaturationTTFT: f.LowPrioritySaturationTTFT.Std(),
+		ReservedReplicas:          f.ReservedReplicas,
 		SaturationWaiting:         f.SaturationWaiting,
 		MaxQueued:                 f.MaxQueued,
 		TTL:                       f.TTL.Std(),

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/kvroute/kvroute/internal/fakeenvoy"
 )
@@ -21,6 +22,8 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	extproc := fs.String("extproc", "127.0.0.1:9002", "kvroute's ext_proc `address` (listen.extproc; plaintext gRPC)")
 	debug := fs.Bool("debug-headers", false, "copy kvroute's routing headers (x-gateway-destination-endpoint, x-kvroute-* when routing.debug_headers is on) onto each answer")
 	maxBody := fs.Int("max-body-bytes", 8<<20, "largest request body accepted (413 above it), as Envoy's buffer limit")
+	msgTimeout := fs.Duration("message-timeout", 5*time.Second, "the ext_proc filter's message_timeout, as in envoy/envoy.yaml")
+	maxMsgTimeout := fs.Duration("max-message-timeout", 30*time.Second, "the ext_proc filter's max_message_timeout, as in envoy/envoy.yaml: the longest override_message_timeout honoured (a request flow control holds asks for its TTL + 1 s; 0 ignores every override)")
 	fs.Usage = func() {
 		fmt.Fprintln(io.err, "usage: kvroute-bench gateway [--listen ADDR] [--extproc ADDR] [--debug-headers]")
 		fmt.Fprintln(io.err, "A loopback stand-in for Envoy in front of kvroute, for development and tests, not production:")
@@ -32,12 +35,13 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if fs.NArg() > 0 || *maxBody <= 0 {
+	if fs.NArg() > 0 || *maxBody <= 0 || *msgTimeout <= 0 || *maxMsgTimeout < 0 {
 		fs.Usage()
 		return errUsage
 	}
 	log := slog.New(slog.NewTextHandler(io.err, nil))
-	gw, err := fakeenvoy.NewGateway(*extproc, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, BodyLimitBytes: *maxBody}, log)
+	gw, err := fakeenvoy.NewGateway(*extproc, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, BodyLimitBytes: *maxBody,
+		MessageTimeout: *msgTimeout, MaxMessageTimeout: *maxMsgTimeout}, log)
 	if err != nil {
 		return fmt.Errorf("ext_proc %s: %w", *extproc, err)
 	}

@@ -181,3 +181,63 @@ func TestGatewayWithoutKVRouteAnswers502(t *testing.T) {
 		t.Fatalf("status %d, %q", resp.StatusCode, msg)
 	}
 }
+
+// The gateway honours kvroute's override_message_timeout up to its
+// --max-message-timeout (30 s, as envoy/envoy.yaml): a request flow control
+// holds past the gateway's message timeout is answered by kvroute (429 at
+// its TTL), not failed by the gateway (504 at the message timeout).
+func TestGatewayLetsFlowControlHoldARequest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tokDir := testdata.TokenizerDir(t, "qwen3")
+	tok, err := tokenize.Load(tokDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One engine, busy for seconds with the first request.
+	fleet, err := routebench.StartEmuFleet(ctx, routebench.EmuFleetOptions{Replicas: 1, Model: "qwen3", Tokenizer: tok, BlockSize: 16, NumBlocks: 256,
+		HashAlgo: blockhash.SHA256, Seed: "0", PrefillPerToken: 10 * time.Millisecond, DecodePerToken: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	port, err := routebench.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	extproc := fmt.Sprintf("127.0.0.1:%d", port)
+	// 10 prefill tokens/s: the first request alone saturates the pool.
+	kv, err := routebench.StartKVRoute(ctx, routebench.KVRouteConfig{Model: "qwen3", TokenizerDir: tokDir, BlockSize: 16, Keys: "tokens",
+		HashAlgo: "sha256", ExtProc: extproc, Replicas: fleet.Replicas, NoLoadSignals: true,
+		Routing: "{prefill_tokens_per_second: 10, flow_control: {enabled: true, saturation_waiting: 0, ttl: 600ms}}"}, 20*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	base := startGatewayCmd(t, "--extproc", extproc, "--message-timeout", "200ms")
+	post := func(ctx context.Context, prompt string) (int, time.Duration) {
+		_, body := routebench.RequestBody("qwen3", routebench.Request{Prompt: prompt, MaxTokens: 2})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(string(body)))
+		req.Header.Set("content-type", "application/json")
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, time.Since(start)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(start)
+	}
+	firstCtx, stopFirst := context.WithCancel(ctx)
+	defer stopFirst()
+	go post(firstCtx, strings.Repeat("keep the engine busy ", 20))
+	for deadline := time.Now().Add(10 * time.Second); len(fleet.Arrivals.Take()) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never reached the engine")
+		}
+	}
+	code, took := post(ctx, "a second request that must wait")
+	if code != http.StatusTooManyRequests || took < 500*time.Millisecond {
+		t.Fatalf("held request: status %d after %v, want 429 at its 600 ms TTL", code, took)
+	}
+}

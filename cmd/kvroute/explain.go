@@ -31,13 +31,14 @@ func runExplain(ctx context.Context, args []string, io stdio) error {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(io.err)
 	fs.Usage = func() {
-		fmt.Fprintln(io.err, "usage: kvroute explain --admin ADDR --path /v1/chat/completions --body FILE [--json]")
+		fmt.Fprintln(io.err, "usage: kvroute explain --admin ADDR --path /v1/chat/completions --body FILE [--objective NAME] [--json]")
 		fmt.Fprintln(io.err, "  asks a running kvroute's admin listener which replica it would pick for the request in FILE (- for stdin) and why; nothing is routed")
 		fs.PrintDefaults()
 	}
 	admin := fs.String("admin", "", "the admin listener, host:port or http://host:port (listen.admin)")
 	path := fs.String("path", "/v1/chat/completions", "the request's API path")
 	bodyFile := fs.String("body", "", "file holding the request body (- for stdin)")
+	objective := fs.String("objective", "", "the request's x-gateway-inference-objective header (flow control: its priority's saturation test)")
 	asJSON := fs.Bool("json", false, "print the JSON answer instead of a table")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
@@ -60,7 +61,11 @@ func runExplain(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return fmt.Errorf("--body: %w", err)
 	}
-	answer, err := askAdmin(ctx, *admin, *timeout, http.MethodPost, "/debug/explain?path="+url.QueryEscape(*path), body, maxExplainAnswerBytes)
+	q := url.Values{"path": {*path}}
+	if *objective != "" {
+		q.Set("objective", *objective)
+	}
+	answer, err := askAdmin(ctx, *admin, *timeout, http.MethodPost, "/debug/explain?"+q.Encode(), body, maxExplainAnswerBytes)
 	if err != nil {
 		return err
 	}
@@ -116,12 +121,22 @@ func printExplanation(w io.Writer, x *routing.Explanation) error {
 		fmt.Fprintf(w, "candidates costing up to %s s compete on cache turnover (SLACK yes); the least TURNOVER is picked\n", figure(x.SlackBound))
 	}
 	if f := x.Flow; f != nil {
+		saturated := f.Saturated
+		band := ""
+		if b := x.FlowBand; b != nil {
+			saturated = b.Saturated
+			band = fmt.Sprintf(" for priority %d (%s)", b.Priority, bandTestLine(b))
+		}
 		wait := "would be decided at once"
-		if f.Enabled && (f.Saturated || f.Queued > 0) {
+		switch {
+		case !f.Enabled || (!saturated && f.Queued == 0):
+		case x.FlowBand != nil && x.FlowBand.Priority < 0:
+			wait = "would be shed (sheddable)"
+		default:
 			wait = "would wait for capacity first"
 		}
-		fmt.Fprintf(w, "flow control %s: pool %s, %d waiting; this request %s\n", onOff(f.Enabled),
-			map[bool]string{true: "saturated", false: "not saturated"}[f.Saturated], f.Queued, wait)
+		fmt.Fprintf(w, "flow control %s: pool %s%s, %d waiting; this request %s\n", onOff(f.Enabled),
+			map[bool]string{true: "saturated", false: "not saturated"}[saturated], band, f.Queued, wait)
 	}
 	if len(x.Candidates) == 0 {
 		fmt.Fprintln(w, "no endpoint weighed (the decision ended before choosing a replica)")
@@ -164,4 +179,20 @@ func figure(f routing.Figure) string {
 		return "inf"
 	}
 	return fmt.Sprintf("%.4g", v)
+}
+
+// bandTestLine is a band's saturation test: "busy past D[, N replicas
+// reserved for higher priorities]" ("no time bound" when that test is off).
+func bandTestLine(b *routing.BandTest) string {
+	s := "no time bound"
+	if b.SaturationTTFT > 0 {
+		s = "busy past " + time.Duration(float64(b.SaturationTTFT)*float64(time.Second)).Round(time.Microsecond).String()
+	}
+	switch {
+	case b.ReservedReplicas == 1:
+		s += ", 1 replica reserved for higher priorities"
+	case b.ReservedReplicas > 1:
+		s += fmt.Sprintf(", %d replicas reserved for higher priorities", b.ReservedReplicas)
+	}
+	return s
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -187,6 +190,36 @@ func TestFlowControlShedsWhenEnginesStallAgainstServe(t *testing.T) {
 	for reason, want := range map[string]float64{"ttl": 2, "queue_full": 2} {
 		if got := adminMetric(t, admin, "kvroute_flow_shed_total", `reason="`+reason+`"`); got != want {
 			t.Errorf("shed %s: %v, want %v", reason, got, want)
+		}
+	}
+}
+
+// kvroute status and kvroute explain --objective show the saturation test
+// of each priority: the top one's saturation_ttft, and below it
+// low_priority_saturation_ttft with the replicas reserved for higher
+// priorities.
+func TestFlowBandTestInStatusAndExplain(t *testing.T) {
+	_, admin := flowFleet(t, time.Microsecond, "    enabled: true\n    reserved_replicas: 1\n    objectives: [{name: interactive, priority: 1}]")
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"status", "--admin", admin}, stdio{strings.NewReader(""), &out, &errOut}); code != 0 ||
+		!strings.Contains(out.String(), "  priority 1 and above: busy past 1s, not saturated; below: busy past 50ms, 1 replica reserved for higher priorities, not saturated") {
+		t.Errorf("status exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+	bodyFile := filepath.Join(t.TempDir(), "req.json")
+	if err := os.WriteFile(bodyFile, []byte(`{"model":"m","prompt":"hello"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for objective, want := range map[string]string{
+		"":            "flow control on: pool not saturated for priority 0 (busy past 50ms, 1 replica reserved for higher priorities), 0 waiting; this request would be decided at once",
+		"interactive": "flow control on: pool not saturated for priority 1 (busy past 1s), 0 waiting; this request would be decided at once",
+	} {
+		out.Reset()
+		args := []string{"explain", "--admin", admin, "--path", "/v1/completions", "--body", bodyFile}
+		if objective != "" {
+			args = append(args, "--objective", objective)
+		}
+		if code := run(t.Context(), args, stdio{strings.NewReader(""), &out, &errOut}); code != 0 || !strings.Contains(out.String(), want) {
+			t.Errorf("explain --objective %q exit %d, want %q:\n%s%s", objective, code, want, out.String(), errOut.String())
 		}
 	}
 }

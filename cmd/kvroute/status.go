@@ -75,6 +75,9 @@ func printStatus(w io.Writer, v *server.ReplicasView) error {
 				fmt.Fprintf(w, ", priority %d: %d", b.Priority, b.Queued)
 			}
 			fmt.Fprintln(w)
+			sat := map[bool]string{true: "saturated", false: "not saturated"}
+			fmt.Fprintf(w, "  priority %d and above: %s, %s; below: %s, %s\n", f.Top.Priority, bandTestLine(&f.Top), sat[f.Top.Saturated],
+				bandTestLine(&f.BelowTop), sat[f.BelowTop.Saturated])
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprint(tw, "REPLICA\tRANK\tHEALTHY\tEVENTS\tBLOCKS\tLAG_S\tREPLAYS\tRESTARTS\tGAPS\tSCHEME_MISMATCHES")

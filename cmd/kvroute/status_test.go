@@ -72,6 +72,7 @@ pools:
 	}
 	for _, want := range []string{"pool p: routing by prefix and load", "1 parity mismatches", "prompt tokens routed 0: cached_predicted 0",
 		"flow control: off, not saturated, 0 waiting (0 body bytes)",
+		"  priority 0 and above: busy past 1s, not saturated; below: busy past 50ms, not saturated",
 		"REPLICA", "TOKENS", "BLOCK_SIZE", "engine announces block_size", "the pool's is 16 (configured)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)

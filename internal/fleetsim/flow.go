@@ -56,6 +56,7 @@ func newKVFlow(engines int, o Options) (*kvFlow, error) {
 func (k *kvFlow) offer(now time.Time, id int, tokens []int, c Class) (int, bool, error) {
 	k.now = now
 	pr := k.router.PrepareIDs(simModel, tokens)
+	pr.SetPriority(c.Priority)
 	k.router.NoteFlowPriority(simPool, c.Priority)
 	if k.q.Len() == 0 && !k.router.BandSaturated(simPool, nil, c.Priority) {
 		e, err := k.placed(id, tokens, k.router.DecidePrepared(&pr, nil))
