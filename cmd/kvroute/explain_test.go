@@ -21,7 +21,7 @@ func TestExplainAgainstServe(t *testing.T) {
 	_, admin, logs := startServe(t, fmt.Sprintf(`
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 log: {level: debug}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 routing: {body_limit_bytes: 4096}
 pools:
   - name: p

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -58,7 +59,7 @@ func flowFleet(t *testing.T, prefillPerToken time.Duration, flowYAML string) (ga
 	}
 	extProc, admin, _ := startServe(t, fmt.Sprintf(`
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 routing:
   prefill_tokens_per_second: 10
   flow_control:
@@ -117,6 +118,34 @@ func adminMetric(t *testing.T, admin, name, match string) float64 {
 	return sum
 }
 
+// poolSaturated reports whether GET /debug/replicas shows pool saturated
+// for its top priority.
+func poolSaturated(t *testing.T, admin, pool string) bool {
+	t.Helper()
+	b, err := askAdmin(context.Background(), admin, 5*time.Second, http.MethodGet, "/debug/replicas", nil, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Pools []struct {
+			Pool string `json:"pool"`
+			Flow *struct {
+				Saturated bool `json:"saturated"`
+			} `json:"flow"`
+		} `json:"pools"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("GET /debug/replicas: %v", err)
+	}
+	for _, p := range v.Pools {
+		if p.Pool == pool {
+			return p.Flow != nil && p.Flow.Saturated
+		}
+	}
+	t.Fatalf("GET /debug/replicas: no pool %s", pool)
+	return false
+}
+
 // Over real sockets (emulated engines, kvroute serve, a gateway speaking
 // Envoy's ext_proc): a burst larger than the fleet waits in kvroute past
 // Envoy's 200 ms message timeout and every request is served, none shed.
@@ -157,14 +186,26 @@ func TestFlowControlShedsWhenEnginesStallAgainstServe(t *testing.T) {
 		// saturated however slowly the test runs.
 		return fmt.Sprintf("stall %d: %s", i, strings.Repeat("lorem ipsum dolor sit amet ", 10))
 	}
-	// One request per engine: each takes seconds of prefill there.
+	// One request per engine: each takes seconds of prefill there. The
+	// second is sent once the first is decided: two decisions running at
+	// once each see both engines idle and may pick the same one, leaving
+	// the other free for a request the test expects to wait.
 	for i := range 2 {
 		go postCompletion(ctx, gateway, prompt(i))
+		deadline := time.Now().Add(10 * time.Second)
+		for adminMetric(t, admin, "kvroute_route_decisions_total", `pool="p"`) < float64(i+1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d was not routed", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
+	// The decision is counted just before its load is on the books: wait
+	// until flow control sees the pool saturated.
 	deadline := time.Now().Add(10 * time.Second)
-	for adminMetric(t, admin, "kvroute_route_decisions_total", `pool="p"`) < 2 {
+	for !poolSaturated(t, admin, "p") {
 		if time.Now().After(deadline) {
-			t.Fatal("the first two requests were not routed")
+			t.Fatal("the pool is not saturated with a request on each engine")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

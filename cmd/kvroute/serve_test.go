@@ -88,7 +88,7 @@ func TestServeRoutesOverExtProc(t *testing.T) {
 	extProc, admin, _ := startServe(t, fmt.Sprintf(`
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
 log: {level: debug}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 pools:
   - name: p
     models: [m]
@@ -151,7 +151,7 @@ func TestServeReloadsItsConfig(t *testing.T) {
 	cfg := func(extra string) string {
 		return fmt.Sprintf(`
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 pools:
   - name: p
     models: [m]

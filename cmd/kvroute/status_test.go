@@ -40,7 +40,7 @@ func TestStatusAgainstServe(t *testing.T) {
 	badAddr, badEvents := statusEngine(t, tok, 32)
 	_, admin, _ := startServe(t, fmt.Sprintf(`
 listen: {extproc: "127.0.0.1:0", admin: "127.0.0.1:0"}
-ingest: {scrape_interval: 100ms}
+ingest: {scrape_interval: 100ms, stall_timeout: 2s}
 parity: {interval: 1s}
 pools:
   - name: p
