@@ -31,6 +31,13 @@ import (
 // max_message_timeout). It returns the gateway's URL and the admin address.
 func flowFleet(t *testing.T, prefillPerToken time.Duration, flowYAML string) (gateway, admin string) {
 	t.Helper()
+	return flowFleetWrapped(t, nil, prefillPerToken, flowYAML)
+}
+
+// flowFleetWrapped is flowFleet with each engine's HTTP API behind wrap
+// (nil: none).
+func flowFleetWrapped(t *testing.T, wrap func(http.Handler) http.Handler, prefillPerToken time.Duration, flowYAML string) (gateway, admin string) {
+	t.Helper()
 	dir := testdata.TokenizerDir(t, "qwen3")
 	tok, err := tokenize.Load(dir)
 	if err != nil {
@@ -51,7 +58,11 @@ func flowFleet(t *testing.T, prefillPerToken time.Duration, flowYAML string) (ga
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := &http.Server{Handler: e.Handler()}
+		h := e.Handler()
+		if wrap != nil {
+			h = wrap(h)
+		}
+		srv := &http.Server{Handler: h}
 		go func() { _ = srv.Serve(ln) }()
 		t.Cleanup(func() { _ = srv.Close() })
 		addr := ln.Addr().String()
@@ -150,7 +161,45 @@ func poolSaturated(t *testing.T, admin, pool string) bool {
 // Envoy's ext_proc): a burst larger than the fleet waits in kvroute past
 // Envoy's 200 ms message timeout and every request is served, none shed.
 func TestFlowControlServesABurstAgainstServe(t *testing.T) {
-	gateway, admin := flowFleet(t, 500*time.Microsecond, "    enabled: true\n    saturation_ttft: 50ms\n    saturation_waiting: 0\n    ttl: 20s")
+	gateway, admin := flowFleet(t, 500*time.Microsecond, burstFlowYAML)
+	serveBurst(t, gateway, admin)
+}
+
+// Engines that answer /health and /metrics slowly, within
+// ingest.stall_timeout (2s here; the default 300ms would make them
+// unroutable), stay routable, and no decision waits for those answers: the
+// burst is served from the start, before the first load reading arrives,
+// and again once slow answers have come in.
+func TestFlowControlServesABurstWhileProbesAreSlow(t *testing.T) {
+	slow := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/health" || r.URL.Path == "/metrics" {
+				select {
+				case <-time.After(time.Second):
+				case <-r.Context().Done():
+					return
+				}
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	gateway, admin := flowFleetWrapped(t, slow, 500*time.Microsecond, burstFlowYAML)
+	serveBurst(t, gateway, admin)
+	time.Sleep(1500 * time.Millisecond)
+	serveBurst(t, gateway, admin)
+	if got := adminMetric(t, admin, "kvroute_ingest_unroutable_total", `pool="p"`); got != 0 {
+		t.Errorf("a replica was made unroutable %v times", got)
+	}
+}
+
+// burstFlowYAML is the flow control of the burst tests: a replica with
+// anything queued is busy, and a request may wait 20 s.
+const burstFlowYAML = "    enabled: true\n    saturation_ttft: 50ms\n    saturation_waiting: 0\n    ttl: 20s"
+
+// serveBurst sends 8 requests at once to two engines of one sequence each:
+// all are answered 200, some after waiting in flow control, none shed.
+func serveBurst(t *testing.T, gateway, admin string) {
+	t.Helper()
 	const n = 8
 	var wg sync.WaitGroup
 	answers := make([]flowAnswer, n)
