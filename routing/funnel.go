@@ -28,10 +28,13 @@ const (
 	// TokensCachedPredicted: the chosen replica held them (its contiguous
 	// cached prefix), as the decision predicted.
 	TokensCachedPredicted = "cached_predicted"
-	// TokensNew: no replica of the pool held them.
+	// TokensNew: no replica of the pool held them, as the decision's
+	// lookup saw them (the engines' events received so far, and speculative
+	// entries of requests routed within index.speculative_ttl).
 	TokensNew = "new"
-	// TokensGivenUpForLoad: another replica of the pool held them but the
-	// cost (its load) sent the request elsewhere.
+	// TokensGivenUpForLoad: another replica of the pool held them, as the
+	// decision's lookup saw them, but the cost (its load) sent the request
+	// elsewhere.
 	TokensGivenUpForLoad = "given_up_for_load"
 	// TokensStale: of cached_predicted, the engine stored them again while
 	// the index said the replica held them (it had evicted them unseen), or

@@ -66,10 +66,15 @@ func TestFunnelAgreesWithGroundTruth(t *testing.T) {
 // queues and blocks they were predicted to hit are evicted, with their
 // BlockRemoved, before they are admitted. The engine computes those blocks
 // again for them: stale must agree with the ground truth within 2 %.
-// given_up_for_load is held within 10 %: kvroute's view of the engines is
-// one engine step behind (a step's events arrive when it ends, and a step
-// prefills 2,048 tokens, 2 s here), so the blocks another engine was
-// caching in the step under way count as new, not given up; the measured
+// given_up_for_load is held within 9.1 % (it is 8.7 % under): the funnel
+// weighs what the decision's own lookup saw, and the decision counts a
+// block another engine holds once that engine's BlockStored arrives, or as
+// a speculative entry for index.speculative_ttl (2 s) after kvroute routed
+// the request that computes it. Here requests wait longer than 2 s before
+// the engine schedules them, and a step (2,048 tokens, 2 s) publishes its
+// events when it ends: blocks another engine is computing for such a
+// request count as new, as the decision saw them, while the ground truth,
+// which reads the engines' caches, counts them as given up. The measured
 // gap is in docs/BENCHMARKS.md.
 func TestFunnelAgreesWithGroundTruthUnderHeavyLoad(t *testing.T) {
 	o := smallOptions()
@@ -84,13 +89,13 @@ func TestFunnelAgreesWithGroundTruthUnderHeavyLoad(t *testing.T) {
 	if d := routed - r.PromptTokens; d*1000 > r.PromptTokens || -d*1000 > r.PromptTokens {
 		t.Errorf("outcomes add up to %d, the engines admitted %d prompt tokens", routed, r.PromptTokens)
 	}
-	for o, tolerance := range map[string]int64{truthStale: 50, truthGivenUp: 10} {
+	for o, tolerance := range map[string]int64{truthStale: 50, truthGivenUp: 11} {
 		got, want := f[o], truth[o]
 		if want*100 < routed {
 			t.Errorf("%s ground truth %d is under 1 %% of the %d tokens routed: the load is not heavy enough to test it", o, want, routed)
 		}
 		if d := max(got-want, want-got); d*tolerance > want {
-			t.Errorf("%s %d, ground truth %d (%.1f %% off, over %.0f %%)", o, got, want, 100*float64(d)/float64(want), 100/float64(tolerance))
+			t.Errorf("%s %d, ground truth %d (%.1f %% off, over %.1f %%)", o, got, want, 100*float64(d)/float64(want), 100/float64(tolerance))
 		}
 	}
 }
