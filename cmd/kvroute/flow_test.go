@@ -31,12 +31,12 @@ import (
 // max_message_timeout). It returns the gateway's URL and the admin address.
 func flowFleet(t *testing.T, prefillPerToken time.Duration, flowYAML string) (gateway, admin string) {
 	t.Helper()
-	return flowFleetWrapped(t, nil, prefillPerToken, flowYAML)
+	return flowFleetWrapped(t, nil, prefillPerToken, 200*time.Millisecond, flowYAML)
 }
 
 // flowFleetWrapped is flowFleet with each engine's HTTP API behind wrap
-// (nil: none).
-func flowFleetWrapped(t *testing.T, wrap func(http.Handler) http.Handler, prefillPerToken time.Duration, flowYAML string) (gateway, admin string) {
+// (nil: none) and the gateway's message timeout messageTimeout.
+func flowFleetWrapped(t *testing.T, wrap func(http.Handler) http.Handler, prefillPerToken, messageTimeout time.Duration, flowYAML string) (gateway, admin string) {
 	t.Helper()
 	dir := testdata.TokenizerDir(t, "qwen3")
 	tok, err := tokenize.Load(dir)
@@ -84,7 +84,7 @@ pools:
 %s
 `, flowYAML, dir, strings.Join(reps, "\n")))
 	return routetest.StartGateway(t, extProc, fakeenvoy.Config{Mode: fakeenvoy.Buffered, SendProtocolConfig: true, ReceivingNamespaces: []string{"envoy.lb"},
-		MessageTimeout: 200 * time.Millisecond, MaxMessageTimeout: 30 * time.Second}, nil), admin
+		MessageTimeout: messageTimeout, MaxMessageTimeout: 30 * time.Second}, nil), admin
 }
 
 type flowAnswer struct {
@@ -159,10 +159,10 @@ func poolSaturated(t *testing.T, admin, pool string) bool {
 
 // Over real sockets (emulated engines, kvroute serve, a gateway speaking
 // Envoy's ext_proc): a burst larger than the fleet waits in kvroute past
-// Envoy's 200 ms message timeout and every request is served, none shed.
+// the gateway's message timeout and every request is served, none shed.
 func TestFlowControlServesABurstAgainstServe(t *testing.T) {
-	gateway, admin := flowFleet(t, 500*time.Microsecond, burstFlowYAML)
-	serveBurst(t, gateway, admin)
+	gateway, admin := flowFleetWrapped(t, nil, 500*time.Microsecond, burstMessageTimeout, burstFlowYAML)
+	serveBurst(t, gateway, admin, 0)
 }
 
 // Engines that answer /health and /metrics slowly, within
@@ -183,10 +183,10 @@ func TestFlowControlServesABurstWhileProbesAreSlow(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	gateway, admin := flowFleetWrapped(t, slow, 500*time.Microsecond, burstFlowYAML)
-	serveBurst(t, gateway, admin)
+	gateway, admin := flowFleetWrapped(t, slow, 500*time.Microsecond, burstMessageTimeout, burstFlowYAML)
+	serveBurst(t, gateway, admin, 0)
 	time.Sleep(1500 * time.Millisecond)
-	serveBurst(t, gateway, admin)
+	serveBurst(t, gateway, admin, 1)
 	if got := adminMetric(t, admin, "kvroute_ingest_unroutable_total", `pool="p"`); got != 0 {
 		t.Errorf("a replica was made unroutable %v times", got)
 	}
@@ -196,23 +196,37 @@ func TestFlowControlServesABurstWhileProbesAreSlow(t *testing.T) {
 // anything queued is busy, and a request may wait 20 s.
 const burstFlowYAML = "    enabled: true\n    saturation_ttft: 50ms\n    saturation_waiting: 0\n    ttl: 20s"
 
+// burstMessageTimeout is the burst tests' gateway message timeout: 1 s, not
+// Envoy's 200 ms default, so that a busy test machine delaying kvroute's
+// first answer to a request it decides at once is not mistaken for one
+// flow control failed to hold.
+const burstMessageTimeout = time.Second
+
 // serveBurst sends 8 requests at once to two engines of one sequence each:
-// all are answered 200, some after waiting in flow control, none shed.
-func serveBurst(t *testing.T, gateway, admin string) {
+// all are answered 200, some after waiting in flow control past
+// burstMessageTimeout, none shed. Each prompt (about 1,100 tokens, new in
+// each round) takes an engine 0.55 s to prefill at 500 µs a token, so the
+// burst's last requests wait over a second.
+func serveBurst(t *testing.T, gateway, admin string, round int) {
 	t.Helper()
 	const n = 8
 	var wg sync.WaitGroup
 	answers := make([]flowAnswer, n)
 	for i := range n {
 		wg.Go(func() {
-			answers[i] = postCompletion(t.Context(), gateway, fmt.Sprintf("request %d: %s", i, strings.Repeat("the quick brown fox jumps over the lazy dog ", 12)))
+			answers[i] = postCompletion(t.Context(), gateway, fmt.Sprintf("round %d, request %d: %s", round, i, strings.Repeat("the quick brown fox jumps over the lazy dog ", 120)))
 		})
 	}
 	wg.Wait()
+	longest := time.Duration(0)
 	for i, a := range answers {
 		if a.err != nil || a.status != http.StatusOK {
 			t.Errorf("request %d: status %d err %v after %v", i, a.status, a.err, a.took)
 		}
+		longest = max(longest, a.took)
+	}
+	if longest <= burstMessageTimeout {
+		t.Errorf("the longest request took %v: none waited past the %v message timeout", longest, burstMessageTimeout)
 	}
 	if got := adminMetric(t, admin, "kvroute_flow_released_total", `pool="p"`); got < 1 {
 		t.Errorf("released %v: no request waited", got)
