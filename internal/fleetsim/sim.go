@@ -218,17 +218,7 @@ func (r *Result) HitRate() float64 {
 func (r *Result) Percentile(q float64) time.Duration { return routebench.NearestRank(r.TTFT, q) }
 
 // Imbalance is max/mean requests per engine.
-func (r *Result) Imbalance() float64 {
-	sum, peak := 0, 0
-	for _, n := range r.PerEngine {
-		sum += n
-		peak = max(peak, n)
-	}
-	if sum == 0 {
-		return 0
-	}
-	return float64(peak) / (float64(sum) / float64(len(r.PerEngine)))
-}
+func (r *Result) Imbalance() float64 { return routebench.Imbalance(r.PerEngine) }
 
 // epoch is the virtual clock's origin.
 var epoch = time.Unix(1_767_225_600, 0)

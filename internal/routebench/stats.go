@@ -3,6 +3,7 @@ package routebench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -162,19 +163,20 @@ func (r *Result) Throughput() float64 {
 }
 
 // Imbalance is max/mean requests per replica (1 = perfectly even).
-func (r *Result) Imbalance() float64 {
-	if len(r.PerReplica) == 0 {
-		return 0
-	}
+func (r *Result) Imbalance() float64 { return Imbalance(slices.Collect(maps.Values(r.PerReplica))) }
+
+// Imbalance is the largest of perReplica's request counts over their mean
+// (1 = perfectly even; 0 when there are none).
+func Imbalance(perReplica []int) float64 {
 	var sum, peak int
-	for _, n := range r.PerReplica {
+	for _, n := range perReplica {
 		sum += n
 		peak = max(peak, n)
 	}
 	if sum == 0 {
 		return 0
 	}
-	return float64(peak) / (float64(sum) / float64(len(r.PerReplica)))
+	return float64(peak) / (float64(sum) / float64(len(perReplica)))
 }
 
 // WriteMarkdown writes one table row per result; ceiling rows show their
