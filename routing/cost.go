@@ -26,7 +26,7 @@ type candidate struct {
 // (foreign_request_tokens while nothing is learned).
 func (r *Router) cost(c *candidate, uncached float64) float64 {
 	st := &c.state
-	cost := (r.queued(st) + max(uncached, 0)) / c.rate
+	cost := r.prefilledIn(c, uncached)
 	if r.o().KVUsageCeiling > 0 && st.Load.KVUsage > r.o().KVUsageCeiling {
 		cost += r.o().KVFullPenalty
 	}
@@ -34,6 +34,13 @@ func (r *Router) cost(c *candidate, uncached float64) float64 {
 		return math.Inf(1)
 	}
 	return cost
+}
+
+// prefilledIn is the seconds until c has prefilled a request of uncached
+// tokens sent to it now: its queue, then those tokens (cost without the
+// full-cache penalty).
+func (r *Router) prefilledIn(c *candidate, uncached float64) float64 {
+	return (r.queued(&c.state) + max(uncached, 0)) / c.rate
 }
 
 // price is what a decision minimises on c: cost (this request's seconds to
