@@ -69,7 +69,8 @@ var (
 // its uncached tokens join the endpoint's prefill queue and it counts as in
 // flight there (so the engine's scraped queue no longer counts it as
 // foreign), and its keys are stored as speculative, as Begin does for this
-// router's own requests. The endpoint must be one of the pool's now.
+// router's own requests, for index.speculative_ttl (the booking carries no
+// predicted prefill time). The endpoint must be one of the pool's now.
 func (r *Router) BeginPeer(w SharedWork) (PeerWork, error) {
 	p := r.poolNamed(w.Pool)
 	if p == nil {
