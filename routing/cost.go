@@ -43,6 +43,13 @@ func (r *Router) prefilledIn(c *candidate, uncached float64) float64 {
 	return (r.queued(&c.state) + max(uncached, 0)) / c.rate
 }
 
+// holdSeconds is prefilledIn, at most the time c takes to prefill as many
+// tokens as its cache holds: blocks computed before that are evicted (LRU)
+// by the time a request queued behind them runs.
+func (r *Router) holdSeconds(c *candidate, uncached float64, blockSize int) float64 {
+	return min(r.prefilledIn(c, uncached), float64(c.state.Blocks)*float64(blockSize)/c.rate)
+}
+
 // price is what a decision minimises on c: cost (this request's seconds to
 // first token) plus fleetSeconds, the prefill seconds its uncached tokens
 // take from c. Those seconds delay every request that queues on c after it,
