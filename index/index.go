@@ -253,8 +253,7 @@ func (p *pool) retire(r Replica) bool {
 // Run sweeps expired entries and enforces the entry cap until ctx is done.
 // Block entries are swept every TTL/20 (at most 5 s); speculative entries,
 // which every routed request writes and which live SpeculativeTTL (2 s by
-// default) past the request's predicted prefill (HoldFor), every
-// SpeculativeTTL/2 when that is sooner. Swept at the block
+// default), every SpeculativeTTL/2 when that is sooner. Swept at the block
 // interval, the speculative tables held up to 3.5 times their live entries
 // (2 s live, 5 s between sweeps): more memory, and at 32 ext_proc streams
 // about 6 % more CPU a decision from the misses of their larger tables

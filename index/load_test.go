@@ -158,36 +158,6 @@ func TestHoldRefreshesAMatchedRunOnceATick(t *testing.T) {
 	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 4})
 }
 
-// TestHoldForOutlivesTheWait: a request predicted to wait in its replica's
-// queue keeps its speculative entries for that wait plus SpeculativeTTL (the
-// engine publishes its blocks only after computing them), a wait past the
-// block TTL counts as the TTL, and a later Hold with no wait does not cut a
-// longer one short.
-func TestHoldForOutlivesTheWait(t *testing.T) {
-	f := newFixture(t, 2, Options{TTL: time.Minute, SpeculativeTTL: 2 * time.Second})
-	a, b := f.r[0], f.r[1]
-	p := f.ix.pool(f.pool)
-	ks, far := keys(0, 3), keys(10, 12)
-	f.ix.HoldFor(a, ks, 0, 5*time.Second)
-	f.ix.HoldFor(b, far, 0, time.Hour)
-	f.ix.Hold(a, ks, 0)
-	f.clock.Advance(6900 * time.Millisecond)
-	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{a.ID: 3})
-	f.clock.Advance(200 * time.Millisecond)
-	f.ix.SweepExpired()
-	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{})
-	if got := p.specs.Load(); got != 2 {
-		t.Fatalf("%d speculative entries after the wait, want 2 (b's)", got)
-	}
-	f.clock.Advance(time.Minute - 7100*time.Millisecond + 1900*time.Millisecond)
-	equalRuns(t, f.ix.LookupRoute(f.pool, far, nil), map[ReplicaID]int{b.ID: 2})
-	f.clock.Advance(200 * time.Millisecond)
-	equalRuns(t, f.ix.LookupRoute(f.pool, far, nil), map[ReplicaID]int{})
-	f.ix.HoldFor(a, ks, 0, -time.Second) // a negative wait is none
-	f.clock.Advance(2100 * time.Millisecond)
-	equalRuns(t, f.ix.LookupRoute(f.pool, ks, nil), map[ReplicaID]int{})
-}
-
 // TestHoldTouchesWhatIsHeldAndSpeculatesTheRest: for a routed request, the
 // matched blocks its replica holds in the block table are refreshed there
 // (no speculative entry), and every other key — the new blocks, matched

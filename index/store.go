@@ -3,7 +3,6 @@ package index
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/kvroute/kvroute/internal/mix"
 	"github.com/kvroute/kvroute/internal/rhmap"
@@ -419,18 +418,9 @@ func (s *shard) clearBit(bit uint64) (dropped, specDropped int64) {
 // it does nothing.
 func (ix *Index) StoreSpeculative(r Replica, keys []BlockKey) { ix.Hold(r, keys, 0) }
 
-// Hold is HoldFor with no wait: the speculative entries live
-// Options.SpeculativeTTL.
-func (ix *Index) Hold(r Replica, keys []BlockKey, matched int) { ix.HoldFor(r, keys, matched, 0) }
-
-// HoldFor is what the router records for a request it routed to r: Touch on
+// Hold is what the router records for a request it routed to r: Touch on
 // keys[:matched], the blocks it will hit there, and StoreSpeculative on the
-// rest, in one pass. The speculative entries live wait (the time the router
-// predicts the request takes to be prefilled there: its queue and its own
-// prefill; capped at Options.TTL) plus Options.SpeculativeTTL, the margin
-// for the engine's events to arrive: the engine publishes a block only after
-// the step that computes it, so an entry that expired before would let the
-// next request sharing the prefix be placed as if nobody were computing it. A matched block r holds in the block table (within the
+// rest, in one pass. A matched block r holds in the block table (within the
 // TTL) is refreshed there and needs no speculative entry; every other key —
 // the request's new blocks, and matched ones r holds only speculatively (KV
 // events off, or not arrived yet) — is stored speculative. With a
@@ -438,7 +428,7 @@ func (ix *Index) Hold(r Replica, keys []BlockKey, matched int) { ix.HoldFor(r, k
 // the current tick (the index's 100 ms clock) is left as it is: its entries
 // carry the tick already (a block of it the engine evicted since is not
 // speculated again before the next tick; its request will store it anew).
-func (ix *Index) HoldFor(r Replica, keys []BlockKey, matched int, wait time.Duration) {
+func (ix *Index) Hold(r Replica, keys []BlockKey, matched int) {
 	p := ix.pool(r.Pool)
 	if p == nil || p.live(r) == nil {
 		return
@@ -460,7 +450,7 @@ func (ix *Index) HoldFor(r Replica, keys []BlockKey, matched int, wait time.Dura
 		return
 	}
 	bit := uint64(1) << r.ID
-	expires := now + ix.specTicks + ix.waitTicks(wait)
+	expires := now + ix.specTicks
 	var added int64
 	budget := ix.writeBudget()
 	p.prefetchBlocks(keys, -1, matched)
@@ -493,23 +483,13 @@ func (ix *Index) holdBlock(s *shard, k BlockKey, bit uint64, matched bool, now, 
 	if !ok {
 		added = 1
 	}
-	if se.seen < now {
+	if se.seen < expires-ix.specTicks {
 		se.held = 0 // stale leftovers
 	}
 	se.held |= bit
 	se.seen = max(se.seen, expires) // a concurrent Hold may have read a later clock
 	*pe = pack(se)
 	return added
-}
-
-// waitTicks is wait in ticks, within 0..the block TTL (NaN-free: wait is a
-// Duration): a speculative entry never outlives by more than
-// Options.SpeculativeTTL a block entry nobody refreshed.
-func (ix *Index) waitTicks(wait time.Duration) uint32 {
-	if wait <= 0 {
-		return 0
-	}
-	return uint32(min(wait/tick, time.Duration(ix.ttlTicks)))
 }
 
 // heldPrefixes remembers, for a pool, which (replica, matched run) pairs

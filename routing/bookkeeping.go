@@ -3,8 +3,6 @@ package routing
 import (
 	"errors"
 	"fmt"
-	"math"
-	"time"
 
 	"github.com/kvroute/kvroute/index"
 )
@@ -69,8 +67,7 @@ var (
 // its uncached tokens join the endpoint's prefill queue and it counts as in
 // flight there (so the engine's scraped queue no longer counts it as
 // foreign), and its keys are stored as speculative, as Begin does for this
-// router's own requests, for index.speculative_ttl (the booking carries no
-// predicted prefill time). The endpoint must be one of the pool's now.
+// router's own requests. The endpoint must be one of the pool's now.
 func (r *Router) BeginPeer(w SharedWork) (PeerWork, error) {
 	p := r.poolNamed(w.Pool)
 	if p == nil {
@@ -102,33 +99,19 @@ func (r *Router) beginWork(replica index.Replica, uncached int, keys []index.Blo
 		rate = st.PrefillRate
 	}
 	t := r.ix.BeginWork(replica, max(uncached, 0), rate)
-	r.holdBlocks(replica, keys, matched, 0)
+	r.holdBlocks(replica, keys, matched)
 	return t
 }
 
 // holdBlocks refreshes the first matched of keys on replica and stores the
-// rest (and any matched ones held only speculatively) as speculative there
-// for prefilled seconds plus index.speculative_ttl: a request is on its way
-// with them (index.HoldFor).
-func (r *Router) holdBlocks(replica index.Replica, keys []index.BlockKey, matched int, prefilled float64) {
+// rest (and any matched ones held only speculatively) as speculative there:
+// a request is on its way with them (index.Hold).
+func (r *Router) holdBlocks(replica index.Replica, keys []index.BlockKey, matched int) {
 	if len(keys) > 0 {
 		// The request will hit the matched ones on its replica: keep them
 		// as fresh as the engine's LRU does; the rest it is about to hold.
-		r.ix.HoldFor(replica, keys, matched, holdWait(prefilled))
+		r.ix.Hold(replica, keys, matched)
 	}
-}
-
-// holdWait is a predicted prefill time in seconds as a Duration: 0 when
-// not positive (or NaN), the longest Duration when past it (an infinite
-// cost); index.HoldFor caps it.
-func holdWait(seconds float64) time.Duration {
-	switch {
-	case !(seconds > 0):
-		return 0
-	case seconds >= float64(math.MaxInt64/int64(time.Second)):
-		return math.MaxInt64
-	}
-	return time.Duration(seconds * float64(time.Second))
 }
 
 // Begin records the routed request on its endpoint: in flight, its uncached
@@ -170,7 +153,7 @@ func (r *Router) BeginBlocks(d *Decision) {
 		return
 	}
 	r.countFunnel(d)
-	r.holdBlocks(d.Endpoint.Replica, d.Keys, d.matchedBlocks, d.prefilled)
+	r.holdBlocks(d.Endpoint.Replica, d.Keys, d.matchedBlocks)
 }
 
 // End releases what Begin recorded.

@@ -2,11 +2,9 @@ package routing
 
 import (
 	"errors"
-	"math"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/kvroute/kvroute/blockhash"
 	"github.com/kvroute/kvroute/index"
@@ -113,50 +111,5 @@ func TestBeginPeerRefusesWhatItCannotBook(t *testing.T) {
 	}
 	if st, _ := h.ix.Replica(h.eps[0].Replica); st.InFlight != 0 {
 		t.Fatalf("refused work booked: %d in flight", st.InFlight)
-	}
-}
-
-// TestSpeculationOutlastsThePredictedQueue: every replica has seconds of
-// prefill queued, so a routed request waits longer than
-// index.speculative_ttl before its engine computes (and reports) its
-// blocks. A second request with the same prompt, decided after
-// speculative_ttl but before the first could have been prefilled, still
-// finds the prefix where the first was sent instead of placing it anew.
-func TestSpeculationOutlastsThePredictedQueue(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	r := h.router
-	for _, ep := range h.eps { // 10 s of queue each at 10,000 tokens/s
-		if _, err := r.BeginPeer(SharedWork{Pool: "qwen", Endpoint: ep.Name, Uncached: 100_000}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first := r.Decide("/v1/completions", completion(sharedPrefix), nil)
-	if first.Endpoint == nil || first.MatchedTokens != 0 {
-		t.Fatalf("first request: endpoint %v, %d matched tokens; want placed with nothing held", first.Endpoint, first.MatchedTokens)
-	}
-	r.Begin(&first)
-	h.clk.Advance(5 * time.Second) // past speculative_ttl (2 s), inside the queue
-	second := r.Decide("/v1/completions", completion(sharedPrefix), nil)
-	if second.Endpoint != first.Endpoint || second.MatchedTokens == 0 {
-		t.Fatalf("second request: %s with %d matched tokens (%s/%s); want %s, where the first is queued with the prefix",
-			second.Endpoint.Address, second.MatchedTokens, second.Outcome, second.Reason, first.Endpoint.Address)
-	}
-	r.End(&first)
-}
-
-// TestHoldWait: a predicted prefill time becomes a Duration without
-// overflow; an infinite one (a cost the model could not price) is the
-// longest, which index.HoldFor caps at index.ttl.
-func TestHoldWait(t *testing.T) {
-	for _, c := range []struct {
-		in   float64
-		want time.Duration
-	}{
-		{-1, 0}, {0, 0}, {math.NaN(), 0}, {1.5, 1500 * time.Millisecond},
-		{1e300, math.MaxInt64}, {math.Inf(1), math.MaxInt64},
-	} {
-		if got := holdWait(c.in); got != c.want {
-			t.Errorf("holdWait(%g) = %s, want %s", c.in, got, c.want)
-		}
 	}
 }

@@ -26,7 +26,7 @@ type candidate struct {
 // (foreign_request_tokens while nothing is learned).
 func (r *Router) cost(c *candidate, uncached float64) float64 {
 	st := &c.state
-	cost := r.prefilledIn(c, uncached)
+	cost := (r.queued(st) + max(uncached, 0)) / c.rate
 	if r.o().KVUsageCeiling > 0 && st.Load.KVUsage > r.o().KVUsageCeiling {
 		cost += r.o().KVFullPenalty
 	}
@@ -34,20 +34,6 @@ func (r *Router) cost(c *candidate, uncached float64) float64 {
 		return math.Inf(1)
 	}
 	return cost
-}
-
-// prefilledIn is the seconds until c has prefilled a request of uncached
-// tokens sent to it now: its queue, then those tokens (cost without the
-// full-cache penalty).
-func (r *Router) prefilledIn(c *candidate, uncached float64) float64 {
-	return (r.queued(&c.state) + max(uncached, 0)) / c.rate
-}
-
-// holdSeconds is prefilledIn, at most the time c takes to prefill as many
-// tokens as its cache holds: blocks computed before that are evicted (LRU)
-// by the time a request queued behind them runs.
-func (r *Router) holdSeconds(c *candidate, uncached float64, blockSize int) float64 {
-	return min(r.prefilledIn(c, uncached), float64(c.state.Blocks)*float64(blockSize)/c.rate)
 }
 
 // price is what a decision minimises on c: cost (this request's seconds to

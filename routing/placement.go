@@ -113,7 +113,6 @@ func (r *Router) place(p *pool, subset map[string]bool, reason string, cause err
 		best = r.spread(cands, cs, uncached, promptTokens, best, keys[0], rec)
 	}
 	d.Endpoint, d.Cost = cands[best].ep, cs[best]
-	d.prefilled = r.holdSeconds(&cands[best], uncached[best], promptTokens/max(len(keys), 1))
 	return d
 }
 
@@ -224,7 +223,6 @@ func (r *Router) choose(p *pool, subset map[string]bool, keys []index.BlockKey, 
 	best = r.spread(cands, costs, uncachedAll, promptTokens, best, keys[min(matched[best], len(keys)-1)], rec)
 	bestMatched := matched[best]
 	d.Endpoint, d.Cost, d.MatchedTokens = cands[best].ep, costs[best], min(bestMatched*blockSize, promptTokens)
-	d.prefilled = r.holdSeconds(&cands[best], uncachedAll[best], blockSize)
 	d.matchedBlocks = min(bestMatched, len(keys))
 	d.heldTokens = min(slices.Max(matched)*blockSize, promptTokens)
 	if bestMatched == 0 {

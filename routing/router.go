@@ -303,10 +303,6 @@ type Decision struct {
 	sharedID      uint64       // the Sharer's id for it
 	matchedBlocks int          // blocks of Keys the chosen replica held
 	heldTokens    int          // prompt tokens the best-holding candidate held (the funnel's bound)
-	// prefilled is the seconds the cost model predicts until the chosen
-	// replica has prefilled the request (its queue, then its uncached
-	// tokens): how long its speculative entries must outlast (BeginBlocks).
-	prefilled float64
 	// funnelRank, funnelCached and funnelGen place the request in its
 	// rank's cached_tokens check window (countFunnel, endFunnel).
 	funnelRank   *rankFunnel
